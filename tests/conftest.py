@@ -1,0 +1,38 @@
+"""Shared fixtures: one Ray instance for the whole session (Ray's own
+`ray_start_regular_shared` pattern); most tests need no Ray at all."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray instance shared by every test that asks for it."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            namespace="agensh-tests",
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
+        )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def git_env(tmp_path, monkeypatch):
+    """A hermetic git identity so commits work on a clean machine."""
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "test")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@example.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "test")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "test@example.invalid")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    os.makedirs(tmp_path / "home", exist_ok=True)
+    return tmp_path
