@@ -1,0 +1,451 @@
+"""Git smart HTTP for the embedded forge: `git http-backend` behind a threaded
+HTTP server with Basic auth.
+
+Only the repositories under `project_root` whose names are listed in `repos`
+are served (the embedded forge has one: `/repo.git`). Every request needs
+credentials, clone and fetch included: username = user name, password = the
+token `EmbeddedForge.add_user` returned.
+
+What the server does for git that a bare CGI runner would not:
+
+* request bodies sent with `Transfer-Encoding: chunked` (git does that for
+  pushes larger than `http.postBuffer`) are de-chunked, and bodies sent with
+  `Content-Encoding: gzip` (git gzips large fetch negotiations) are inflated,
+  so `git http-backend` always sees a plain body with an exact
+  CONTENT_LENGTH;
+* the backend's output is streamed back; when the backend does not give a
+  Content-Length the response is sent chunked, so HTTP/1.1 keep-alive and
+  `Expect: 100-continue` both work;
+* at most `max_backends` backend processes run at once (many workers cloning
+  at the same moment queue instead of forking hundreds of processes);
+* after each push (`POST .../git-receive-pack`) `on_receive_pack(user)` is
+  called, so the forge can pick up what the repository's hooks recorded
+  without waiting for its next API call.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO, Callable
+from urllib.parse import unquote, urlsplit
+
+log = logging.getLogger(__name__)
+
+REALM = "agensh"
+_COPY = 64 * 1024
+_MAX_BODY = 2 * 1024**3
+"""Refuse request bodies (after inflation) larger than this: 2 GiB."""
+
+
+def git_exec_path() -> str:
+    """The `git` executable to run (`git http-backend` is a git subcommand)."""
+    git = shutil.which("git")
+    if git is None:
+        raise RuntimeError("git is not installed (need git >= 2.32 on PATH)")
+    return git
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _read_chunked(rfile: IO[bytes], out: IO[bytes]) -> int:
+    """Decode an HTTP/1.1 chunked body from `rfile` into `out`; return its length."""
+    total = 0
+    while True:
+        line = rfile.readline(1024)
+        if not line:
+            raise _BadRequest("connection closed inside a chunked body")
+        size_text = line.split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError as exc:
+            raise _BadRequest(f"bad chunk size {size_text!r}") from exc
+        if size == 0:
+            # Trailers (normally none) up to the empty line.
+            while True:
+                trailer = rfile.readline(8192)
+                if trailer in (b"\r\n", b"\n", b""):
+                    return total
+        total += size
+        if total > _MAX_BODY:
+            raise _BadRequest("request body too large")
+        remaining = size
+        while remaining:
+            data = rfile.read(min(remaining, _COPY))
+            if not data:
+                raise _BadRequest("connection closed inside a chunk")
+            out.write(data)
+            remaining -= len(data)
+        rfile.readline(8)  # the CRLF that ends every chunk
+
+
+def _read_exact(rfile: IO[bytes], out: IO[bytes], length: int) -> int:
+    if length > _MAX_BODY:
+        raise _BadRequest("request body too large")
+    remaining = length
+    while remaining:
+        data = rfile.read(min(remaining, _COPY))
+        if not data:
+            raise _BadRequest("connection closed before the end of the body")
+        out.write(data)
+        remaining -= len(data)
+    return length
+
+
+def _gunzip(src: IO[bytes], out: IO[bytes]) -> int:
+    """Inflate a gzip stream (possibly several members) from `src` into `out`."""
+    total = 0
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while True:
+        data = src.read(_COPY)
+        if not data:
+            break
+        while data:
+            chunk = d.decompress(data)
+            total += len(chunk)
+            if total > _MAX_BODY:
+                raise _BadRequest("request body too large once inflated")
+            out.write(chunk)
+            if d.eof:
+                data = d.unused_data
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            else:
+                data = b""
+    tail = d.flush()
+    out.write(tail)
+    return total + len(tail)
+
+
+class GitHTTPServer:
+    """Serve bare repositories under `project_root` over git smart HTTP."""
+
+    def __init__(
+        self,
+        project_root: Path,
+        authenticate: Callable[[str, str], bool],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        repos: tuple[str, ...] = ("repo.git",),
+        on_receive_pack: Callable[[str], None] | None = None,
+        max_backends: int = 32,
+        extra_env: dict[str, str] | None = None,
+    ):
+        self.project_root = Path(project_root).resolve()
+        self.authenticate = authenticate
+        self.host = host
+        self.repos = repos
+        self.on_receive_pack = on_receive_pack
+        self._requested_port = port
+        self._slots = threading.BoundedSemaphore(max_backends)
+        self._git = git_exec_path()
+        self._base_env = self._make_env(extra_env or {})
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _make_env(extra: dict[str, str]) -> dict[str, str]:
+        """A CGI environment that does not depend on the caller's git setup."""
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", "/"),
+            "LANG": "C",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "GATEWAY_INTERFACE": "CGI/1.1",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "SERVER_SOFTWARE": "agensh-forge",
+        }
+        env.update(extra)
+        return env
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        with self._lock:
+            if self._server is not None:
+                return
+            server = ThreadingHTTPServer((self.host, self._requested_port), self._handler_class(), bind_and_activate=False)
+            server.daemon_threads = True
+            server.request_queue_size = 256  # many workers may clone at once
+            server.allow_reuse_address = True
+            try:
+                server.server_bind()
+                server.server_activate()
+            except BaseException:
+                server.server_close()
+                raise
+            self._server = server
+            self._thread = threading.Thread(
+                target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="agensh-forge-http", daemon=True
+            )
+            self._thread.start()
+
+    def close(self) -> None:
+        with self._lock:
+            server, thread = self._server, self._thread
+            self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the git HTTP server is not running: call start() first")
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # ------------------------------------------------------------------ handler
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        outer = self
+
+        class Handler(_GitHandler):
+            server_ref = outer
+
+        return Handler
+
+
+class _GitHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "agensh-forge"
+    server_ref: GitHTTPServer
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib name
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    # ---------------------------------------------------------------- helpers
+
+    def _simple(self, code: int, message: str, headers: dict[str, str] | None = None) -> None:
+        body = (message.rstrip("\n") + "\n").encode()
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        # The request body (if any) was not read: the connection cannot be reused.
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def _user(self) -> str | None:
+        header = self.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "basic" or not value:
+            return None
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        user, sep, token = decoded.partition(":")
+        if not sep or not user:
+            return None
+        try:
+            ok = self.server_ref.authenticate(user, token)
+        except Exception:  # never let an auth bug look like success
+            log.exception("authenticate() failed")
+            ok = False
+        return user if ok else None
+
+    def _read_body(self) -> tuple[IO[bytes] | None, int]:
+        """The request body as a plain (de-chunked, inflated) temp file, and its length."""
+        te = self.headers.get("Transfer-Encoding", "").lower()
+        cl = self.headers.get("Content-Length")
+        if "chunked" not in te and cl is None:
+            return None, 0
+        raw = tempfile.TemporaryFile()
+        try:
+            if "chunked" in te:
+                _read_chunked(self.rfile, raw)
+            else:
+                try:
+                    length = int(cl or "0")
+                except ValueError as exc:
+                    raise _BadRequest(f"bad Content-Length {cl!r}") from exc
+                _read_exact(self.rfile, raw, length)
+            raw.seek(0)
+            encoding = self.headers.get("Content-Encoding", "").strip().lower()
+            if encoding in ("gzip", "x-gzip"):
+                plain = tempfile.TemporaryFile()
+                try:
+                    _gunzip(raw, plain)
+                except zlib.error as exc:
+                    plain.close()
+                    raise _BadRequest(f"bad gzip body: {exc}") from exc
+                except BaseException:
+                    plain.close()
+                    raise
+                raw.close()
+                raw = plain
+            elif encoding not in ("", "identity"):
+                raise _BadRequest(f"unsupported Content-Encoding {encoding!r}")
+            size = raw.seek(0, os.SEEK_END)
+            raw.seek(0)
+            return raw, size
+        except BaseException:
+            raw.close()
+            raise
+
+    # ------------------------------------------------------------------- main
+
+    def _handle(self) -> None:
+        srv = self.server_ref
+        parts = urlsplit(self.path)
+        path = unquote(parts.path)
+        repo = path.lstrip("/").split("/", 1)[0]
+        if repo not in srv.repos or ".." in path.split("/"):
+            self._simple(404, f"not found: {path} (the repository is /{srv.repos[0]})")
+            return
+        user = self._user()
+        if user is None:
+            self._simple(
+                401,
+                "authentication required: use the clone URL the forge gave you "
+                "(http://USER:TOKEN@host:port/repo.git)",
+                {"WWW-Authenticate": f'Basic realm="{REALM}"'},
+            )
+            return
+        try:
+            body, length = self._read_body()
+        except _BadRequest as exc:
+            self._simple(400, f"bad request: {exc}")
+            return
+        try:
+            env = dict(srv._base_env)
+            env.update(
+                {
+                    "GIT_PROJECT_ROOT": str(srv.project_root),
+                    "PATH_INFO": path,
+                    "REQUEST_METHOD": self.command,
+                    "QUERY_STRING": parts.query,
+                    "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                    "REMOTE_USER": user,
+                    "REMOTE_ADDR": self.client_address[0],
+                    "AUTH_TYPE": "Basic",
+                    "SERVER_NAME": srv.host,
+                    "SERVER_PORT": str(srv._server.server_address[1]) if srv._server else "0",
+                }
+            )
+            if body is not None:
+                env["CONTENT_LENGTH"] = str(length)
+            proto = self.headers.get("Git-Protocol")
+            if proto:
+                env["GIT_PROTOCOL"] = proto
+            is_push = self.command == "POST" and path.endswith("/git-receive-pack")
+            with srv._slots:
+                self._run_backend(env, body)
+            if is_push and srv.on_receive_pack is not None:
+                try:
+                    srv.on_receive_pack(user)
+                except Exception:
+                    log.exception("on_receive_pack callback failed")
+        finally:
+            if body is not None:
+                body.close()
+
+    def _run_backend(self, env: dict[str, str], body: IO[bytes] | None) -> None:
+        srv = self.server_ref
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                [srv._git, "http-backend"],
+                stdin=body if body is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+                cwd=srv.project_root,
+            )
+            try:
+                self._relay(proc)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+            finally:
+                if proc.poll() is None:
+                    try:
+                        proc.wait(timeout=600)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                proc.stdout.close()
+            err.seek(0)
+            stderr = err.read().decode("utf-8", "replace").strip()
+            if stderr:
+                log.debug("git http-backend: %s", stderr)
+
+    def _relay(self, proc: subprocess.Popen) -> None:
+        """Turn the CGI response on the backend's stdout into an HTTP response."""
+        out = proc.stdout
+        status = 200
+        reason = "OK"
+        headers: list[tuple[str, str]] = []
+        while True:
+            line = out.readline(65536)
+            if not line:  # the backend died before finishing its headers
+                if not headers:
+                    status, reason = 502, "Bad Gateway"
+                break
+            line = line.rstrip(b"\r\n")
+            if not line:
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            name, value = name.strip(), value.strip()
+            if name.lower() == "status":
+                code, _, reason = value.partition(" ")
+                try:
+                    status = int(code)
+                except ValueError:
+                    status = 500
+            else:
+                headers.append((name, value))
+        self.send_response(status, reason or None)
+        has_length = False
+        for name, value in headers:
+            if name.lower() in ("connection", "transfer-encoding"):
+                continue
+            if name.lower() == "content-length":
+                has_length = True
+            self.send_header(name, value)
+        chunked = not has_length
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        while True:
+            data = out.read1(_COPY) if hasattr(out, "read1") else out.read(_COPY)
+            if not data:
+                break
+            if chunked:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            else:
+                self.wfile.write(data)
+        if chunked:
+            self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
