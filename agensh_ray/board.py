@@ -1,0 +1,744 @@
+"""The board: a typed, append-only, durable log that every worker reads and writes.
+
+`Board` is a plain single-threaded class (the `BoardActor` serializes calls). It
+keeps the full history in memory in a compact columnar layout and appends every
+acknowledged entry to a JSON-lines log, one write + fsync per batch.
+
+In-memory layout (what makes `grep` fast over 1,000,000 entries):
+
+* per entry, parallel compact columns: `seq`/`ts` (array 'q'), type code
+  (bytearray), block-local start offset and text length (array 'i'), worker id
+  (interned str) and request id (str or None);
+* the searchable content of each entry, `text` or `text + "\\n" + detail`,
+  followed by a "\\n" separator, joined into blocks of `BLOCK` entries: one
+  original-case string per block (for display and exact regex verification)
+  and one *folded* copy (ASCII lower-cased, length preserving) for fast
+  case-insensitive literal search with `str.rfind`.
+
+`grep` walks the blocks newest first. A plain (ASCII) pattern is a single
+C-speed `rfind` over the folded block; a regex contributes its longest required
+ASCII literal (read from the parsed pattern) as a prefilter and only the
+entries containing that literal are checked with the real, case-insensitive
+regex. Patterns without a usable literal fall back to scanning the blocks with
+the regex (compiled without IGNORECASE when the pattern has no cased
+character, which Python's `re` runs about ten times faster).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import re
+import time
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agensh_ray.models import BoardEntry, BoardEntryIn, EntryType
+
+try:  # Python >= 3.11
+    import re._constants as _sre_c  # type: ignore[import-not-found]
+    import re._parser as _sre_parse  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - older Pythons
+    import sre_constants as _sre_c  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+log = logging.getLogger(__name__)
+
+BLOCK_SHIFT = 10
+BLOCK = 1 << BLOCK_SHIFT
+"""Entries per search block (1,024)."""
+
+_TYPES: tuple[EntryType, ...] = tuple(EntryType)
+_TYPE_CODE: dict[str, int] = {t.value: i for i, t in enumerate(_TYPES)}
+_VALID_TYPES = ", ".join(t.value for t in _TYPES)
+_CLAIM_CODE = _TYPE_CODE[EntryType.CLAIM.value]
+_MIN_PREFILTER_LITERAL = 2
+
+
+def _default_text_max() -> dict[str, int]:
+    return {"OBSERVED": 100, "FACT": 100, "FAIL": 100, "CLAIM": 100, "PATCH_SUMMARY": 300}
+
+
+class BoardLimits(BaseModel):
+    """Size and visibility limits of the board."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+    text_max: dict[str, int] = Field(default_factory=_default_text_max)
+    """Maximum length of `text`, in characters, per entry type."""
+    detail_max: int = 8000
+    """Maximum length of `detail`, in characters (any type)."""
+    recent_limit: int = 2000
+    """Most entries `recent()` returns (the newest ones)."""
+    claim_ttl_s: float = 3600
+    """CLAIMs older than this (board clock seconds) are hidden from `recent()`; grep still finds them."""
+    grep_limit_max: int = 500
+    """Upper bound for `grep(limit=...)`."""
+
+
+class BoardError(ValueError):
+    """A board request was refused; the message says why, worded for the agent."""
+
+
+# ---------------------------------------------------------------- folding / regex analysis
+
+
+def _fold(s: str) -> str:
+    """Length-preserving case fold for literal search.
+
+    ASCII letters are lower-cased; the four non-ASCII characters that Python's
+    `re.IGNORECASE` treats as equal to an ASCII letter map to that letter.
+    (U+0130 is the only character whose `lower()` is longer, so it is replaced
+    first.) Other characters may be lower-cased too, which never maps them to
+    ASCII, so an ASCII literal's matches are exactly preserved.
+    """
+    if s.isascii():
+        return s.lower()
+    return s.replace("\u0130", "i").replace("\u0131", "i").replace("\u017f", "s").lower()
+
+
+_REPEATS = tuple(
+    getattr(_sre_c, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(_sre_c, n)
+)
+_ATOMIC = getattr(_sre_c, "ATOMIC_GROUP", None)
+
+
+def _required_literals(p: Iterable[tuple[Any, Any]]) -> tuple[list[str], str | None]:
+    """Folded ASCII substrings every match of parsed pattern `p` contains.
+
+    Returns (runs, whole): `whole` is the literal when all of `p` is one.
+    """
+    runs: list[str] = []
+    cur: list[str] = []
+    whole = True
+
+    def flush() -> None:
+        if cur:
+            runs.append("".join(cur))
+            cur.clear()
+
+    for op, av in p:
+        if op is _sre_c.LITERAL:
+            ch = chr(av)
+            if ch.isascii():
+                cur.append(ch.lower())
+                continue
+        elif op is _sre_c.AT:
+            continue
+        elif op is _sre_c.SUBPATTERN or (_ATOMIC is not None and op is _ATOMIC):
+            sub = av[-1] if op is _sre_c.SUBPATTERN else av
+            r, w = _required_literals(sub)
+            if w is not None:
+                cur.append(w)
+                continue
+            flush()
+            runs.extend(r)
+            whole = False
+            continue
+        elif op in _REPEATS:
+            lo, hi, sub = av
+            if lo >= 1:
+                r, w = _required_literals(sub)
+                if w is not None and lo == hi and len(w) * lo <= 256:
+                    cur.append(w * lo)
+                    continue
+                if w is not None:
+                    cur.append(w)  # the first copy; more may follow
+                    flush()
+                else:
+                    flush()
+                    runs.extend(r)
+                whole = False
+                continue
+        flush()
+        whole = False
+    flush()
+    if whole:
+        return runs, (runs[0] if runs else "")
+    return runs, None
+
+
+def _cased(ch: str) -> bool:
+    return ch.lower() != ch or ch.upper() != ch or ch.casefold() != ch
+
+
+def _case_neutral(p: Iterable[tuple[Any, Any]]) -> bool:
+    """True if IGNORECASE cannot change what parsed pattern `p` matches."""
+    c = _sre_c
+    for op, av in p:
+        if op is c.LITERAL or op is c.NOT_LITERAL:
+            if _cased(chr(av)):
+                return False
+        elif op is c.IN:
+            for op2, av2 in av:
+                if op2 is c.LITERAL or op2 is c.NOT_LITERAL:
+                    if _cased(chr(av2)):
+                        return False
+                elif op2 is c.RANGE:
+                    lo, hi = av2
+                    if hi - lo > 4096 or any(_cased(chr(x)) for x in range(lo, hi + 1)):
+                        return False
+                elif op2 is c.CATEGORY or op2 is c.NEGATE:
+                    continue
+                else:
+                    return False
+        elif op is c.SUBPATTERN:
+            if not _case_neutral(av[-1]):
+                return False
+        elif _ATOMIC is not None and op is _ATOMIC:
+            if not _case_neutral(av):
+                return False
+        elif op in _REPEATS:
+            if not _case_neutral(av[2]):
+                return False
+        elif op is c.BRANCH:
+            if not all(_case_neutral(b) for b in av[1]):
+                return False
+        elif op is c.ASSERT or op is c.ASSERT_NOT:
+            if not _case_neutral(av[1]):
+                return False
+        elif op is c.GROUPREF_EXISTS:
+            _, yes, no = av
+            if not _case_neutral(yes) or (no is not None and not _case_neutral(no)):
+                return False
+        elif op is c.ANY or op is c.AT or op is c.CATEGORY:
+            continue
+        else:  # GROUPREF (compares case-insensitively) and anything unknown
+            return False
+    return True
+
+
+@dataclass
+class _Query:
+    """A compiled grep: either a folded literal (plain) or a regex with an optional prefilter."""
+
+    literal: str | None = None
+    """Folded literal searched with rfind (the whole query when `verify` is None)."""
+    verify: re.Pattern[str] | None = None
+    """Regex run on an entry's original text to confirm a candidate (or to scan, without literal)."""
+
+
+def _compile_query(pattern: str, regex: bool) -> _Query:
+    if not isinstance(pattern, str) or pattern == "":
+        raise BoardError("grep pattern is empty; give a word or a regular expression")
+    if not regex:
+        if pattern.isascii():
+            return _Query(literal=pattern.lower())
+        pattern = re.escape(pattern)
+    flags = re.IGNORECASE | re.MULTILINE
+    try:
+        compiled = re.compile(pattern, flags)
+        parsed = _sre_parse.parse(pattern, flags)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise BoardError(f"invalid pattern {pattern!r}: {exc}") from None
+    if len(parsed) and all(op is _sre_c.LITERAL and av < 128 for op, av in parsed):
+        # a bare ASCII word: the folded literal search is exact, no regex needed
+        return _Query(literal="".join(chr(av) for _, av in parsed).lower())
+    runs, _ = _required_literals(parsed)
+    best = max(runs, key=len, default="")
+    if len(best) >= _MIN_PREFILTER_LITERAL:
+        return _Query(literal=best, verify=compiled)
+    if _case_neutral(parsed):
+        compiled = re.compile(pattern, re.MULTILINE)
+    return _Query(literal=None, verify=compiled)
+
+
+# ---------------------------------------------------------------- the board
+
+
+@dataclass
+class _Pending:
+    """One validated entry awaiting durability (seq reserved, not yet visible)."""
+
+    entry: BoardEntry
+    code: int
+    line: bytes
+
+
+@dataclass
+class PreparedBatch:
+    """The result of `Board.prepare_batch`: what to write, and what to answer."""
+
+    results: list[BoardEntry | BoardError]
+    new: list[_Pending] = field(default_factory=list)
+    data: bytes = b""
+    next_seq_before: int = 0
+
+
+class Board:
+    """The append-only board (plain, single-threaded class; see module docstring)."""
+
+    def __init__(
+        self,
+        log_path: Path | str,
+        limits: BoardLimits | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.log_path = Path(log_path)
+        self.limits = limits if limits is not None else BoardLimits()
+        self.clock = clock
+        # columns
+        self._seq = array("q")
+        self._ts = array("q")
+        self._type = bytearray()
+        self._start = array("i")
+        self._tlen = array("i")
+        self._worker: list[str] = []
+        self._rid: list[str | None] = []
+        self._interned: dict[str, str] = {}
+        # idempotency index: request_id -> index (first writer); other writers of the same id in _rid2
+        self._rid_index: dict[str, int] = {}
+        self._rid2: dict[tuple[str, str], int] = {}
+        # search blocks
+        self._blocks: list[str] = []
+        self._fblocks: list[str] = []
+        self._tail: list[str] = []
+        self._ftail: list[str] = []
+        self._tail_len = 0
+        self._tail_cache: tuple[str, str] | None = None
+        self._next_seq = 1
+        self._fd = -1
+        self._size = 0
+        self._open_and_reload()
+
+    # ------------------------------------------------------------ persistence
+
+    def _open_and_reload(self) -> None:
+        path = self.log_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        created = not path.exists()
+        self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        if created:
+            try:
+                dfd = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+            except OSError:  # pragma: no cover - platform without directory fsync
+                pass
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            end = self._complete_end(f, size)
+            if end < size:
+                log.warning(
+                    "board log %s: torn last line (%d bytes after the last complete line, crash mid-write); "
+                    "truncating it",
+                    path,
+                    size - end,
+                )
+                os.ftruncate(self._fd, end)
+                os.fsync(self._fd)
+            self._size = end
+            f.seek(0)
+            gc_was_enabled = gc.isenabled()
+            gc.disable()  # millions of short-lived dicts; nothing cyclic is built here
+            try:
+                self._reload_lines(f, end)
+            finally:
+                if gc_was_enabled:
+                    gc.enable()
+        if len(self):
+            log.info("board log %s: reloaded %d entries, last seq %d", path, len(self), self.last_seq)
+
+    @staticmethod
+    def _complete_end(f: Any, size: int) -> int:
+        """Byte offset just after the last newline of the file (its complete lines)."""
+        pos = size
+        while pos > 0:
+            step = min(1 << 16, pos)
+            pos -= step
+            f.seek(pos)
+            k = f.read(step).rfind(b"\n")
+            if k >= 0:
+                return pos + k + 1
+        return 0
+
+    def _reload_lines(self, f: Any, end: int) -> None:
+        bad = 0
+        line_no = 0
+        read = 0
+        while read < end:
+            chunk: list[bytes] = f.readlines(min(1 << 20, end - read))
+            if not chunk:
+                break
+            got = sum(map(len, chunk))
+            if read + got > end:  # never read past the complete part
+                keep, total = [], read
+                for line in chunk:
+                    if total + len(line) > end:
+                        break
+                    keep.append(line)
+                    total += len(line)
+                chunk, got = keep, total - read
+            read += got
+            try:  # fast path: the whole chunk as one JSON array (each line ends with whitespace)
+                recs: list[Any] = json.loads(b"[" + b",".join(chunk) + b"]")
+                numbered = list(enumerate(recs, line_no + 1))
+            except ValueError:
+                numbered = []
+                for k, line in enumerate(chunk, line_no + 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        numbered.append((k, json.loads(line)))
+                    except ValueError as exc:
+                        bad += 1
+                        log.error("board log %s: line %d is not JSON (%s); skipped", self.log_path, k, exc)
+            line_no += len(chunk)
+            for k, d in numbered:
+                try:
+                    seq = int(d["seq"])
+                    if seq < self._next_seq:
+                        raise ValueError(f"seq {seq} is not above {self._next_seq - 1}")
+                    self._append(
+                        seq,
+                        int(d["ts"]),
+                        _TYPE_CODE[d["type"]],
+                        d["text"],
+                        d.get("detail"),
+                        d["worker_id"],
+                        d.get("request_id"),
+                    )
+                except (ValueError, KeyError, TypeError) as exc:
+                    bad += 1
+                    log.error("board log %s: line %d unreadable (%r); skipped", self.log_path, k, exc)
+        if bad:
+            log.error("board log %s: %d unreadable line(s) skipped", self.log_path, bad)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Board:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------ in-memory append
+
+    def _append(
+        self, seq: int, ts: int, code: int, text: str, detail: str | None, worker: str, rid: str | None
+    ) -> None:
+        i = len(self._seq)
+        seg = text if not detail else text + "\n" + detail
+        self._seq.append(seq)
+        self._ts.append(ts)
+        self._type.append(code)
+        self._start.append(self._tail_len)
+        self._tlen.append(len(text))
+        worker = self._interned.setdefault(worker, worker)
+        self._worker.append(worker)
+        self._rid.append(rid)
+        if rid is not None:
+            j = self._rid_index.setdefault(rid, i)
+            if j != i and self._worker[j] != worker:
+                self._rid2.setdefault((worker, rid), i)
+        self._tail.append(seg)
+        self._ftail.append(_fold(seg))
+        self._tail_len += len(seg) + 1
+        self._tail_cache = None
+        if len(self._tail) == BLOCK:
+            self._blocks.append("\n".join(self._tail) + "\n")
+            self._fblocks.append("\n".join(self._ftail) + "\n")
+            self._tail = []
+            self._ftail = []
+            self._tail_len = 0
+        self._next_seq = seq + 1
+
+    def _find_request(self, worker: str, rid: str) -> int | None:
+        i = self._rid_index.get(rid)
+        if i is None:
+            return None
+        if self._worker[i] == worker:
+            return i
+        return self._rid2.get((worker, rid))
+
+    # ------------------------------------------------------------ writes
+
+    def validate(self, e: BoardEntryIn | dict[str, Any]) -> tuple[BoardEntryIn, str]:
+        """Check one request against the limits; returns it with its normalized type."""
+        if isinstance(e, dict):
+            try:
+                e = BoardEntryIn.model_validate(e)
+            except ValidationError as exc:
+                msgs = "; ".join(f"{'.'.join(map(str, er['loc'])) or 'entry'}: {er['msg']}" for er in exc.errors())
+                raise BoardError(f"invalid board entry: {msgs}") from None
+        elif not isinstance(e, BoardEntryIn):
+            raise BoardError(f"a board entry must be a BoardEntryIn or a dict, not {type(e).__name__}")
+        t = e.type.strip().upper() if isinstance(e.type, str) else e.type
+        if t not in _TYPE_CODE:
+            raise BoardError(f"unknown entry type {e.type!r}; valid types: {_VALID_TYPES}")
+        if not e.worker_id or not e.worker_id.strip():
+            raise BoardError("worker_id is empty")
+        tmax = self.limits.text_max.get(t, 100)
+        if not e.text or not e.text.strip():
+            raise BoardError(f"{t} text is empty; write one line of at most {tmax} characters (details go in detail)")
+        if len(e.text) > tmax:
+            raise BoardError(f"{t} text is {len(e.text)} characters; the limit is {tmax} (put the rest in detail)")
+        if e.detail is not None and len(e.detail) > self.limits.detail_max:
+            raise BoardError(f"detail is {len(e.detail)} characters; the limit is {self.limits.detail_max}")
+        for name, value in (("text", e.text), ("detail", e.detail), ("worker_id", e.worker_id), ("request_id", e.request_id)):
+            if value is None:
+                continue
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise BoardError(f"{name} contains an invalid character at position {exc.start} (lone surrogate)") from None
+        return e, t
+
+    def prepare_batch(self, entries: list[BoardEntryIn]) -> PreparedBatch:
+        """Validate, deduplicate and number a batch; nothing becomes visible or durable yet.
+
+        Call `commit_io` then `apply` (or `abort` if the IO fails). Only one prepared
+        batch may be outstanding at a time.
+        """
+        pb = PreparedBatch(results=[], next_seq_before=self._next_seq)
+        batch_rids: dict[tuple[str, str], BoardEntry] = {}
+        seq = self._next_seq
+        ts = int(self.clock() * 1e6)
+        chunks: list[bytes] = []
+        for raw in entries:
+            try:
+                e, t = self.validate(raw)
+            except BoardError as err:
+                pb.results.append(err)
+                continue
+            if e.request_id is not None:
+                key = (e.worker_id, e.request_id)
+                i = self._find_request(*key)
+                if i is not None:
+                    pb.results.append(self._entry(i, detail=True))
+                    continue
+                if key in batch_rids:
+                    pb.results.append(batch_rids[key])
+                    continue
+            detail = e.detail if e.detail else None
+            entry = BoardEntry(
+                seq=seq,
+                ts=ts,
+                type=_TYPES[_TYPE_CODE[t]],
+                text=e.text,
+                worker_id=e.worker_id,
+                has_detail=detail is not None,
+                detail=detail,
+                request_id=e.request_id,
+            )
+            rec: dict[str, Any] = {"seq": seq, "ts": ts, "type": t, "text": e.text, "worker_id": e.worker_id}
+            if detail is not None:
+                rec["detail"] = detail
+            if e.request_id is not None:
+                rec["request_id"] = e.request_id
+                batch_rids[(e.worker_id, e.request_id)] = entry
+            line = (json.dumps(rec, separators=(",", ":")) + "\n").encode("ascii")
+            chunks.append(line)
+            pb.new.append(_Pending(entry, _TYPE_CODE[t], line))
+            pb.results.append(entry)
+            seq += 1
+        pb.data = b"".join(chunks)
+        self._next_seq = seq  # reserved
+        return pb
+
+    def commit_io(self, pb: PreparedBatch) -> None:
+        """Make a prepared batch durable: one write + fsync (safe to run in a thread)."""
+        if not pb.data:
+            return
+        try:
+            view = memoryview(pb.data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            os.fsync(self._fd)
+        except BaseException:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:  # pragma: no cover
+                log.exception("board log %s: could not roll back a failed write", self.log_path)
+            raise
+        self._size += len(pb.data)
+
+    def apply(self, pb: PreparedBatch) -> list[BoardEntry | BoardError]:
+        """Publish a durable batch to readers; returns the per-entry results."""
+        for p in pb.new:
+            en = p.entry
+            self._append(en.seq, en.ts, p.code, en.text, en.detail, en.worker_id, en.request_id)
+        return pb.results
+
+    def abort(self, pb: PreparedBatch) -> None:
+        """Forget a prepared batch whose IO failed (its reserved seqs are released)."""
+        self._next_seq = pb.next_seq_before
+
+    def write_batch(self, entries: list[BoardEntryIn]) -> list[BoardEntry | BoardError]:
+        """Write a batch with one fsync; invalid entries come back as BoardError in place."""
+        pb = self.prepare_batch(entries)
+        try:
+            self.commit_io(pb)
+        except BaseException:
+            self.abort(pb)
+            raise
+        return self.apply(pb)
+
+    def write(self, entry: BoardEntryIn) -> BoardEntry:
+        """Write one entry; raises BoardError if it is refused."""
+        (res,) = self.write_batch([entry])
+        if isinstance(res, BoardError):
+            raise res
+        return res
+
+    # ------------------------------------------------------------ reads
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq[-1] if self._seq else 0
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    def _locate(self, i: int) -> tuple[str, int, int]:
+        """(string, start, end) of entry i's segment (text[+"\\n"+detail])."""
+        b = i >> BLOCK_SHIFT
+        if b < len(self._blocks):
+            s = self._start[i]
+            blk = self._blocks[b]
+            e = self._start[i + 1] - 1 if (i + 1) & (BLOCK - 1) else len(blk) - 1
+            return blk, s, e
+        seg = self._tail[i - (b << BLOCK_SHIFT)]
+        return seg, 0, len(seg)
+
+    def _entry(self, i: int, detail: bool = False) -> BoardEntry:
+        s, a, e = self._locate(i)
+        tl = self._tlen[i]
+        has_detail = e - a > tl
+        return BoardEntry(
+            seq=self._seq[i],
+            ts=self._ts[i],
+            type=_TYPES[self._type[i]],
+            text=s[a : a + tl],
+            worker_id=self._worker[i],
+            has_detail=has_detail,
+            detail=s[a + tl + 1 : e] if (detail and has_detail) else None,
+            request_id=self._rid[i],
+        )
+
+    def recent(self, limit: int | None = None) -> list[BoardEntry]:
+        """The newest entries (at most `recent_limit`), oldest first, without expired CLAIMs or details."""
+        cap = self.limits.recent_limit if limit is None else min(int(limit), self.limits.recent_limit)
+        if cap <= 0:
+            return []
+        cutoff = int((self.clock() - self.limits.claim_ttl_s) * 1e6)
+        ts, types = self._ts, self._type
+        idx: list[int] = []
+        i = len(self._seq) - 1
+        while i >= 0 and len(idx) < cap:
+            if types[i] != _CLAIM_CODE or ts[i] >= cutoff:
+                idx.append(i)
+            i -= 1
+        idx.reverse()
+        return [self._entry(j) for j in idx]
+
+    def since(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
+        """Entries with seq > cursor, oldest first, at most `limit`, without details."""
+        if limit <= 0:
+            return []
+        lo = bisect_right(self._seq, cursor)
+        return [self._entry(i) for i in range(lo, min(len(self._seq), lo + limit))]
+
+    def unfold(self, seq: int) -> BoardEntry:
+        """One entry with its detail."""
+        i = bisect_right(self._seq, seq) - 1
+        if i < 0 or self._seq[i] != seq:
+            raise BoardError(f"no board entry {seq} (the board has {len(self)} entries, last seq {self.last_seq})")
+        return self._entry(i, detail=True)
+
+    # ------------------------------------------------------------ grep
+
+    def _search_blocks(self) -> Iterable[tuple[str, str, int, int]]:
+        """(original, folded, first index, end index) per block, newest first."""
+        n = len(self._seq)
+        nb = len(self._blocks)
+        if self._tail:
+            if self._tail_cache is None:
+                self._tail_cache = ("\n".join(self._tail) + "\n", "\n".join(self._ftail) + "\n")
+            yield self._tail_cache[0], self._tail_cache[1], nb << BLOCK_SHIFT, n
+        for b in range(nb - 1, -1, -1):
+            yield self._blocks[b], self._fblocks[b], b << BLOCK_SHIFT, (b + 1) << BLOCK_SHIFT
+
+    def grep(self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None) -> list[BoardEntry]:
+        """Search text and detail of the whole history, case-insensitively, newest first.
+
+        `regex=False` searches a plain substring. Returns at most `limit` entries
+        (capped at `grep_limit_max`), without details.
+        """
+        code: int | None = None
+        if type is not None:
+            t = str(type).strip().upper()
+            if t not in _TYPE_CODE:
+                raise BoardError(f"unknown entry type {type!r}; valid types: {_VALID_TYPES}")
+            code = _TYPE_CODE[t]
+        q = _compile_query(pattern, regex)
+        limit = min(int(limit), self.limits.grep_limit_max)
+        if limit <= 0:
+            return []
+        hits: list[int] = []
+        start, types = self._start, self._type
+        lit, pat = q.literal, q.verify
+        for S, F, lo, hi in self._search_blocks():
+            L = len(S)
+            if lit is not None:
+                # newest first within the block: rfind, then restart before the candidate's entry
+                ln = len(lit)
+                end = L
+                while True:
+                    o = F.rfind(lit, 0, end)
+                    if o < 0:
+                        break
+                    j = bisect_right(start, o, lo, hi) - 1
+                    s = start[j]
+                    e = start[j + 1] - 1 if j + 1 < hi else L - 1
+                    if code is None or types[j] == code:
+                        if pat is None:
+                            ok = o + ln <= e or F.find(lit, s, e) >= 0
+                        else:
+                            ok = pat.search(S, s, e) is not None
+                        if ok:
+                            hits.append(j)
+                            if len(hits) >= limit:
+                                return [self._entry(x) for x in hits]
+                    end = s
+            else:
+                assert pat is not None
+                found: list[int] = []
+                pos = 0
+                while pos < L:
+                    m = pat.search(S, pos)
+                    if m is None:
+                        break
+                    o = m.start()
+                    if o >= L:
+                        break
+                    j = bisect_right(start, o, lo, hi) - 1
+                    s = start[j]
+                    e = start[j + 1] - 1 if j + 1 < hi else L - 1
+                    if (code is None or types[j] == code) and (m.end() <= e or pat.search(S, s, e) is not None):
+                        found.append(j)
+                    pos = e + 1
+                for j in reversed(found):
+                    hits.append(j)
+                    if len(hits) >= limit:
+                        return [self._entry(x) for x in hits]
+        return [self._entry(x) for x in hits]
