@@ -31,6 +31,7 @@ import ray
 
 from agensh_ray.board import Board, BoardError, BoardLimits
 from agensh_ray.models import BoardEntry, BoardEntryIn
+from agensh_ray.trace import BoardRow, TraceWriter
 
 DEFAULT_MAX_CONCURRENCY = 4096
 """Concurrent calls the actor accepts (long polls from up to 1,024 workers plus their writes)."""
@@ -49,7 +50,10 @@ class BoardActor:
         limits: BoardLimits | None = None,
         time_scale: float = 1.0,
         start_time: float | None = None,
+        run_dir: str | None = None,
+        run_id: str = "",
     ) -> None:
+        self._trace = TraceWriter(run_dir, "board", run_id) if run_dir else None
         start = time.time() if start_time is None else float(start_time)
         scale = float(time_scale)
         if scale == 1.0:
@@ -118,6 +122,12 @@ class BoardActor:
                     k += len(entries)
                 if pb.new:
                     self._notify()
+                    if self._trace is not None:
+                        for e in (p.entry for p in pb.new):
+                            self._trace.write(
+                                BoardRow(ts=e.ts, worker_id=e.worker_id, event_id=e.event_id, seq=e.seq,
+                                         type=e.type.value, text=e.text, has_detail=e.has_detail)
+                            )
         finally:
             self._flusher = None
 
@@ -162,6 +172,11 @@ class BoardActor:
 
     async def pid(self) -> int:
         return os.getpid()
+
+    async def close(self) -> None:
+        """Flush the trace (end of run)."""
+        if self._trace is not None:
+            self._trace.close()
 
     async def info(self) -> dict[str, Any]:
         """Where the log is, how big the board is, and group-commit counters since this process started."""
@@ -278,6 +293,8 @@ def get_or_create_board(
     time_scale: float = 1.0,
     start_time: float | None = None,
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    run_dir: str | None = None,
+    run_id: str = "",
 ) -> BoardHandle:
     """The named, detached board actor (created if absent) behind a `BoardHandle`.
 
@@ -299,5 +316,7 @@ def get_or_create_board(
         limits,
         time_scale,
         time.time() if start_time is None else start_time,
+        run_dir,
+        run_id,
     )
     return BoardHandle(actor, name=name, namespace=namespace)

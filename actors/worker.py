@@ -1,0 +1,57 @@
+"""WorkerActor: hosts workers (see agensh_ray.worker.WorkerHost); only delegation here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import ray
+
+from actors.proxy import AsyncProxy
+from agensh_ray.config import RunConfig
+from agensh_ray.models import Delivery
+from agensh_ray.worker import WorkerHost
+
+
+class _Services:
+    def __init__(self, board, chat, forge):
+        self.board = board
+        self.chat = AsyncProxy(chat)
+        self.forge = AsyncProxy(forge)
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class WorkerActor:
+    def __init__(self, host_id, worker_ids, cfg_json, run_dir, run_id, board, chat, forge, clone_urls, start_wall,
+                 task_root):
+        cfg = RunConfig.model_validate_json(cfg_json)
+        self.host = WorkerHost(
+            host_id, worker_ids, cfg, Path(run_dir), run_id, _Services(board, chat, forge), clone_urls, start_wall,
+            Path(task_root),
+        )
+
+    async def start(self) -> int:
+        await self.host.start()
+        return os.getpid()
+
+    async def launch(self, worker_id: str) -> None:
+        await self.host.launch(worker_id)
+
+    def deliver(self, deliveries: list[Delivery], cursors: dict[str, int]) -> int:
+        return self.host.deliver(deliveries, cursors)
+
+    def cursors(self) -> dict[str, int]:
+        return self.host.cursors()
+
+    def status(self) -> dict[str, int]:
+        return self.host.status()
+
+    def agent_pids(self) -> dict:
+        return self.host.agent_pids()
+
+    def mcp_url(self, worker_id: str) -> str:
+        w = self.host.workers[worker_id]
+        return self.host.tools.url(w.id, w.token)
+
+    async def stop(self) -> None:
+        await self.host.stop()

@@ -1,0 +1,104 @@
+"""Run configuration: one pydantic model per component, a docstring per field.
+
+Every schedule constant is a setting here; ``time_scale`` compresses them all
+(a time_scale of 60 runs one hour of schedule in one minute of wall time).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RoutingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Literal["all", "relevant"] = "all"
+    """all: every new board entry goes to every worker mid-turn (the paper's);
+    relevant: only entries overlapping the worker's active claims, the rest summarised at turn start."""
+    routers: int = 2
+    """Number of RouterActors; each serves a slice of the WorkerActors."""
+    idle_nudge_s: float = 600.0
+    """Send a 'keep working' nudge after this long without a turn (schedule seconds)."""
+    share_findings: bool = True
+    """After a turn that wrote nothing to the board, prompt the worker to share findings."""
+    wind_down_s: list[float] = Field(default_factory=lambda: [2700.0, 300.0])
+    """Wind-down notices this many schedule seconds before the deadline (T-45 min, T-5 min)."""
+    poll_timeout_s: float = 1.0
+    """Long-poll timeout of a router waiting on a source (wall seconds)."""
+
+
+class SimConfig(BaseModel):
+    """Knobs of the built-in simulated agent (stands in for an LLM-driven CLI)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    think_s: float = 20.0
+    """Schedule seconds the simulated agent 'thinks' before each step."""
+    bug_rate: float = 0.25
+    """Probability that a first implementation fails its check (a FAIL entry, then a fix)."""
+    observe_rate: float = 0.3
+    """Probability of posting an OBSERVED entry while studying a feature."""
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workers: int = 8
+    """Number of identical workers (1 to 1,024)."""
+    task: str = "textkit"
+    """A bundled task name (see tasks/) or a path to a task directory."""
+    harness: str = "sim"
+    """Agent CLI behind ACP: sim, copilot, claude, codex, gemini or cmd:<command line>."""
+    minutes: float = 240.0
+    """Run length in schedule minutes (the deadline)."""
+    time_scale: float = 1.0
+    """Schedule seconds per wall second; compresses every schedule constant."""
+    run_dir: Path = Path("runs")
+    """Parent folder of the run folders (runs/<run_id>/)."""
+    run_id: str | None = None
+    """Run id; default: a timestamp."""
+    seed: int = 0
+    """Seed of every random choice (the sim agent's included)."""
+    forge: str = "embedded"
+    """Forge implementation: embedded (or gitea)."""
+    chat: str = "embedded"
+    """Chat implementation: embedded (or mattermost)."""
+    workers_per_actor: int = 1
+    """Workers hosted by one WorkerActor (>1 only to simulate scale on a small machine)."""
+    launch_interval_s: float = 30.0
+    """Schedule seconds between worker launches during the first launch_fast_after_s."""
+    launch_fast_after_s: float = 3600.0
+    """After this many schedule seconds, launch every launch_fast_interval_s instead."""
+    launch_fast_interval_s: float = 3.0
+    """Launch interval after the first hour."""
+    stop_when_done: bool = True
+    """End early once every worker is idle with nothing left to do (the demo); off for real runs."""
+    score_every_s: float = 600.0
+    """Schedule seconds between score checkpoints of main."""
+    address: str | None = None
+    """Ray address (auto to join a cluster); None starts a local instance."""
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    sim: SimConfig = Field(default_factory=SimConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "RunConfig":
+        if not 1 <= self.workers <= 1024:
+            raise ValueError(f"workers must be between 1 and 1,024, got {self.workers}")
+        if self.time_scale <= 0:
+            raise ValueError(f"time_scale must be positive, got {self.time_scale}")
+        if self.minutes <= 0:
+            raise ValueError(f"minutes must be positive, got {self.minutes}")
+        if self.workers_per_actor < 1:
+            raise ValueError("workers_per_actor must be at least 1")
+        return self
+
+    def wall(self, schedule_s: float) -> float:
+        """Wall seconds for a span of schedule seconds."""
+        return schedule_s / self.time_scale
+
+    @property
+    def deadline_wall_s(self) -> float:
+        return self.wall(self.minutes * 60.0)

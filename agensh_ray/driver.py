@@ -1,0 +1,316 @@
+"""The run driver: creates the actors, paces the launch, prints progress,
+scores main, and writes the summary. It decides nothing about the work: the
+workers organise themselves through the board, the chat and the forge.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import ray
+
+from agensh_ray.config import RunConfig
+from agensh_ray.task import Task
+from agensh_ray.trace import ScoreRow, TraceWriter
+
+log = logging.getLogger("agensh.run")
+
+
+def worker_ids(n: int) -> list[str]:
+    width = max(3, len(str(n)))
+    return [f"w{i:0{width}d}" for i in range(1, n + 1)]
+
+
+def launch_offsets(cfg: RunConfig, n: int) -> list[float]:
+    """Schedule seconds at which each worker starts: every launch_interval_s during the first
+    launch_fast_after_s, then every launch_fast_interval_s."""
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(t)
+        t += cfg.launch_interval_s if t < cfg.launch_fast_after_s else cfg.launch_fast_interval_s
+    return out
+
+
+class Run:
+    def __init__(self, cfg: RunConfig, task: Task, out=sys.stdout, verbose: bool = False):
+        self.cfg = cfg
+        self.verbose = verbose
+        self.task = task
+        self.out = out
+        self.run_id = cfg.run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.run_dir = (Path(cfg.run_dir) / self.run_id).resolve()
+        self.workers = worker_ids(cfg.workers)
+        self.t0 = 0.0
+        self.last_score: float | None = None
+        self._types: Counter = Counter()
+        self._board_cursor = self._forge_cursor = 0
+        self._prs_open = self._prs_merged = 0
+        self._owns_ray = False
+
+    def say(self, text: str) -> None:
+        elapsed = time.time() - self.t0 if self.t0 else 0.0
+        print(f"[{elapsed:6.1f}s] {text}", file=self.out, flush=True)
+
+    # -- bootstrap -------------------------------------------------------------------
+    def _init_ray(self) -> None:
+        if ray.is_initialized():
+            return
+        # Actor logs stay in Ray's session log folder unless --verbose: the driver prints progress lines.
+        kwargs = dict(include_dashboard=False, log_to_driver=self.verbose, logging_level=logging.WARNING)
+        if self.cfg.address:
+            ray.init(address=self.cfg.address, namespace="agensh", **kwargs)
+        else:
+            ray.init(num_cpus=max(2, os.cpu_count() or 2), namespace="agensh", **kwargs)
+        self._owns_ray = True
+
+    def _bootstrap(self) -> None:
+        from actors.board import get_or_create_board
+        from actors.chat import ChatActor
+        from actors.forge import ForgeActor
+
+        rd = str(self.run_dir)
+        starter = self.run_dir / "starter"
+        self.task.materialize_starter(starter)
+        self.board = get_or_create_board(
+            f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"), time_scale=self.cfg.time_scale,
+            run_dir=rd, run_id=self.run_id,
+        )
+        self.chat = ChatActor.options(name=f"chat-{self.run_id}").remote(str(self.run_dir / "chat"), rd, self.run_id)
+        self.forge = ForgeActor.options(name=f"forge-{self.run_id}").remote(
+            str(self.run_dir / "forge"), rd, self.run_id
+        )
+        ray.get(self.forge.init_repo.remote(str(starter), self.task.title, self.task.text()))
+        ray.get([self.chat.add_user.remote(w) for w in self.workers])
+        ray.get([self.forge.add_user.remote(w) for w in [*self.workers, "admin"]])
+        self.clone_urls = dict(zip(self.workers, ray.get([self.forge.clone_url.remote(w) for w in self.workers])))
+        self.driver_trace = TraceWriter(self.run_dir, "driver", self.run_id)
+
+    def _start_hosts(self) -> None:
+        from actors.router import RouterActor
+        from actors.worker import WorkerActor
+
+        k = self.cfg.workers_per_actor
+        groups = [self.workers[i : i + k] for i in range(0, len(self.workers), k)]
+        cfg_json = self.cfg.model_dump_json()
+        self.hosts: dict[str, tuple] = {}
+        start_wall = time.time()
+        self.start_wall = start_wall
+        for i, ws in enumerate(groups):
+            hid = f"h{i:03d}"
+            handle = WorkerActor.options(name=f"host-{self.run_id}-{hid}").remote(
+                hid, ws, cfg_json, str(self.run_dir), self.run_id, self.board, self.chat, self.forge,
+                {w: self.clone_urls[w] for w in ws}, start_wall, str(self.task.root),
+            )
+            self.hosts[hid] = (handle, ws)
+        ray.get([h.start.remote() for h, _ in self.hosts.values()])
+        n = max(1, min(self.cfg.routing.routers, len(self.hosts)))
+        slices: list[dict] = [{} for _ in range(n)]
+        for i, (hid, (_, ws)) in enumerate(self.hosts.items()):
+            slices[i % n][hid] = (f"host-{self.run_id}-{hid}", ws)
+        self.routers = [
+            RouterActor.options(name=f"router-{self.run_id}-{i}").remote(
+                f"r{i}", s, f"board-{self.run_id}", f"chat-{self.run_id}", f"forge-{self.run_id}",
+                self.cfg.routing.policy, self.cfg.routing.poll_timeout_s,
+            )
+            for i, s in enumerate(slices)
+        ]
+        ray.get([r.ensure_started.remote() for r in self.routers])
+        self.host_of = {w: h for h, (_, ws) in self.hosts.items() for w in ws}
+
+    # -- running ---------------------------------------------------------------------
+    def _status(self) -> dict:
+        st = Counter()
+        for s in ray.get([h.status.remote() for h, _ in self.hosts.values()]):
+            st.update(s)
+        return dict(st)
+
+    def _progress(self, st: dict) -> str:
+        """One progress line; reads the board and forge incrementally by cursor."""
+        for e in self.board.since(self._board_cursor, 100_000):
+            self._types[e.type.value] += 1
+            self._board_cursor = e.seq
+        for ev in ray.get(self.forge.events_since.remote(self._forge_cursor, 100_000)):
+            self._forge_cursor = ev.seq
+            if ev.kind == "pr_opened":
+                self._prs_open += 1
+            elif ev.kind in ("pr_merged", "pr_closed"):
+                self._prs_open -= 1
+                self._prs_merged += ev.kind == "pr_merged"
+        board = ", ".join(f"{t} {n}" for t, n in sorted(self._types.items()))
+        score = f"{self.last_score:.0%}" if self.last_score is not None else "-"
+        self._open_prs = self._prs_open
+        self._board_total = sum(self._types.values())
+        self._forge_events = self._forge_cursor
+        return (
+            f"workers {st.get('launched', 0)}/{len(self.workers)} up, {st.get('in_turn', 0)} in a turn, "
+            f"{st.get('crashed', 0)} crashed | board {self._board_total} ({board or 'empty'}) | "
+            f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}"
+        )
+
+    def _score(self, checkpoint: str) -> None:
+        """Score main against the hidden tests (a fresh checkout of the forge's main)."""
+        dest = self.run_dir / "score" / "main"
+        url = ray.get(self.forge.clone_url.remote("admin"))
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+        if (dest / ".git").exists():
+            subprocess.run(["git", "-C", str(dest), "fetch", "-q", "origin"], check=True, env=env, capture_output=True)
+            subprocess.run(["git", "-C", str(dest), "reset", "-q", "--hard", "origin/main"], check=True, env=env,
+                           capture_output=True)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["git", "clone", "-q", url, str(dest)], check=True, env=env, capture_output=True)
+        commit = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        result = self.task.score(dest)
+        self.last_score = result.pass_rate
+        self.driver_trace.write(
+            ScoreRow(checkpoint=checkpoint, commit=commit.strip(), passed=result.passed, total=result.total,
+                     pass_rate=result.pass_rate)
+        )
+        self.driver_trace.flush()
+        self._final_score = result
+
+    def _loop(self) -> None:
+        cfg = self.cfg
+        offsets = [cfg.wall(s) for s in launch_offsets(cfg, len(self.workers))]
+        deadline = self.t0 + cfg.deadline_wall_s
+        next_launch = 0
+        next_progress = 0.0
+        next_score = self.t0 + cfg.wall(cfg.score_every_s)
+        quiet_since = time.time()
+        last_activity = None
+        quiet_needed = max(4.0, 1.5 * cfg.wall(cfg.routing.idle_nudge_s))
+        while True:
+            now = time.time()
+            while next_launch < len(self.workers) and now - self.t0 >= offsets[next_launch]:
+                w = self.workers[next_launch]
+                self.hosts[self.host_of[w]][0].launch.remote(w)
+                next_launch += 1
+            if now >= next_progress:
+                for r in self.routers:  # a restarted router resumes here
+                    r.ensure_started.remote()
+                st = self._status()
+                self.say(self._progress(st))
+                next_progress = now + 5.0
+                if cfg.stop_when_done and next_launch == len(self.workers):
+                    # Done = a whole idle-nudge cycle passed with no board write, no forge event and no open
+                    # PR, after every worker took a turn: nudged workers found nothing left to do.
+                    activity = (self._board_total, self._forge_events, self._open_prs)
+                    if st.get("took_turn", 0) < len(self.workers) or self._open_prs or activity != last_activity:
+                        quiet_since = now
+                    elif now - quiet_since >= quiet_needed:
+                        self.say("a full idle-nudge cycle passed with no new work: the organization is done")
+                        return
+                    last_activity = activity
+            if now >= next_score:
+                self._score("periodic")
+                next_score = now + cfg.wall(cfg.score_every_s)
+            if now >= deadline:
+                self.say("deadline reached")
+                return
+            time.sleep(0.2)
+
+    # -- the whole run ---------------------------------------------------------------
+    def execute(self) -> dict | None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.t0 = time.time()
+        self.say(
+            f"run {self.run_id}: {len(self.workers)} workers, harness {self.cfg.harness}, task {self.task.name}, "
+            f"{self.cfg.minutes:g} schedule minutes at time scale {self.cfg.time_scale:g} -> {self.run_dir}"
+        )
+        (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        self._init_ray()
+        self.say("ray ready; bootstrapping board, chat, forge (issue #1 = the task)")
+        self._bootstrap()
+        try:
+            self._start_hosts()
+            self.say(f"{len(self.hosts)} WorkerActors, {len(self.routers)} RouterActors up; launching workers")
+            self._loop()
+            self.say("stopping workers")
+            ray.get([h.stop.remote() for h, _ in self.hosts.values()])
+            ray.get([r.stop.remote() for r in self.routers])
+            self._score("final")
+            summary = self._summary()
+        finally:
+            self._teardown()
+        self._print_summary(summary)
+        return summary
+
+    def _summary(self) -> dict:
+        prs = ray.get(self.forge.pr_list.remote("all"))
+        events = ray.get(self.forge.events_since.remote(0, 10**9))
+        conflicts = [e for e in events if e.kind == "merge_conflict"]
+        merged_numbers = {p.number for p in prs if p.state == "merged"}
+        entries = self.board.since(0, 10**9)
+        msgs = ray.get(self.chat.messages_since.remote(0, 10**9))
+        res = self._final_score
+        return {
+            "run_id": self.run_id,
+            "workers": len(self.workers),
+            "harness": self.cfg.harness,
+            "task": self.task.name,
+            "wall_s": round(time.time() - self.t0, 1),
+            "prs_opened": len(prs),
+            "prs_merged": len(merged_numbers),
+            "prs_closed_unmerged": sum(p.state == "closed" for p in prs),
+            "prs_open_at_end": sum(p.state == "open" for p in prs),
+            "merged_pr_authors": len({p.author for p in prs if p.state == "merged"}),
+            "merge_conflicts": len(conflicts),
+            "merge_conflicts_resolved": len({e.pr for e in conflicts if e.pr in merged_numbers}),
+            "board_entries": dict(Counter(e.type.value for e in entries)),
+            "dms": sum(m.to is not None for m in msgs),
+            "channel_posts": sum(m.to is None for m in msgs),
+            "score": res.pass_rate,
+            "tests_passed": res.passed,
+            "tests_total": res.total,
+            "run_dir": str(self.run_dir),
+        }
+
+    def _print_summary(self, s: dict) -> None:
+        (self.run_dir / "summary.json").write_text(json.dumps(s, indent=2))
+        board = ", ".join(f"{k} {v}" for k, v in sorted(s["board_entries"].items()))
+        lines = [
+            f"run {s['run_id']} finished in {s['wall_s']}s",
+            f"  workers        {s['workers']} ({s['merged_pr_authors']} authored a merged PR)",
+            f"  pull requests  {s['prs_opened']} opened, {s['prs_merged']} merged, "
+            f"{s['merge_conflicts']} merge conflicts ({s['merge_conflicts_resolved']} resolved and merged)",
+            f"  board          {sum(s['board_entries'].values())} entries ({board})",
+            f"  messages       {s['dms']} DMs, {s['channel_posts']} channel posts",
+            f"  score          {s['score']:.0%} of hidden tests ({s['tests_passed']}/{s['tests_total']})",
+            f"  run folder     {s['run_dir']}",
+            f"  query it:      duckdb -c \".read analysis/views.sql\" -c \"SELECT * FROM turns LIMIT 5\"  "
+            f"(with SET VARIABLE run_dir='{s['run_dir']}')",
+        ]
+        print("\n".join(lines), file=self.out, flush=True)
+
+    def _teardown(self) -> None:
+        for r in getattr(self, "routers", []):
+            ray.kill(r, no_restart=True)
+        for name in ("chat", "forge"):
+            actor = getattr(self, name, None)
+            if actor is not None:
+                try:
+                    ray.get(actor.close.remote(), timeout=30)
+                except Exception:
+                    log.exception("closing %s failed", name)
+                ray.kill(actor, no_restart=True)
+        for h, _ in getattr(self, "hosts", {}).values():
+            ray.kill(h, no_restart=True)
+        if getattr(self, "board", None) is not None:
+            try:
+                ray.get(self.board.actor.close.remote(), timeout=30)
+            except Exception:
+                log.exception("closing the board trace failed")
+            self.board.kill()
+        if getattr(self, "driver_trace", None) is not None:
+            self.driver_trace.close()
+        if self._owns_ray:
+            ray.shutdown()

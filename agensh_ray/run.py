@@ -1,0 +1,123 @@
+"""`python -m agensh_ray.run`: one run, from bootstrap to summary.
+
+bootstrap (repo seeded from the task, issue #1 = task text, protected main,
+one forge user per worker, the chat) -> staggered launch -> progress lines
+while the workers run -> wind-down (the hosts send the notices) -> deadline
+or, for the demo, quiescence -> stop the workers, score main against the
+hidden tests, write summary.json.
+
+With no flags it runs the demo: 8 `sim` workers on the bundled textkit task,
+all services embedded, compressed time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from agensh_ray.config import RoutingConfig, RunConfig, SimConfig
+from agensh_ray.harness import HarnessError, get_harness
+from agensh_ray.task import Task, TaskError
+
+log = logging.getLogger("agensh.run")
+
+DEMO_TIME_SCALE = 120.0
+VERBOSE = False
+
+
+def parse_args(argv: list[str] | None = None) -> RunConfig:
+    p = argparse.ArgumentParser(
+        prog="python -m agensh_ray.run",
+        description=(
+            "Run N identical coding agents on one repository with no orchestrator. With no flags: the demo "
+            "(8 sim workers rebuild the bundled textkit task on embedded services, about 2 minutes)."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--workers", type=int, default=8, help="number of identical workers (1 to 1,024)")
+    p.add_argument("--task", default="textkit", help="bundled task name (see tasks/) or a task directory")
+    p.add_argument(
+        "--harness",
+        default="sim",
+        help="agent CLI behind ACP: sim, copilot, claude, codex, gemini, or cmd:<command line> for any ACP agent",
+    )
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=float, help="run length in schedule minutes (default 240)")
+    length.add_argument("--hours", type=float, help="run length in schedule hours")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help=f"schedule seconds per wall second; compresses every schedule constant (default {DEMO_TIME_SCALE:g} "
+        "for the sim harness, 1 for real agents)",
+    )
+    p.add_argument("--run-dir", type=Path, default=Path("runs"), help="parent folder of run folders")
+    p.add_argument("--run-id", default=None, help="run id (default: a UTC timestamp)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    p.add_argument("--forge", default="embedded", choices=["embedded"], help="forge implementation")
+    p.add_argument("--chat", default="embedded", choices=["embedded"], help="chat implementation")
+    p.add_argument("--workers-per-actor", type=int, default=1, help="workers hosted per WorkerActor (simulation)")
+    p.add_argument("--launch-interval", type=float, default=30.0, help="schedule seconds between launches (first hour)")
+    p.add_argument("--policy", choices=["all", "relevant"], default="all", help="board delivery policy")
+    p.add_argument("--routers", type=int, default=2, help="number of RouterActors")
+    p.add_argument("--no-stop-when-done", action="store_true", help="run to the deadline even when all are idle")
+    p.add_argument("--address", default=None, help="Ray address (auto joins a running cluster); default: local")
+    p.add_argument("--think", type=float, default=20.0, help="sim: schedule seconds per step")
+    p.add_argument("--bug-rate", type=float, default=0.25, help="sim: probability a first attempt fails its check")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    a = p.parse_args(argv)
+    global VERBOSE
+    VERBOSE = a.verbose
+    minutes = a.hours * 60 if a.hours else (a.minutes if a.minutes else 240.0)
+    time_scale = a.time_scale if a.time_scale else (DEMO_TIME_SCALE if a.harness == "sim" else 1.0)
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        get_harness(a.harness)
+        return RunConfig(
+            workers=a.workers,
+            task=a.task,
+            harness=a.harness,
+            minutes=minutes,
+            time_scale=time_scale,
+            run_dir=a.run_dir,
+            run_id=a.run_id,
+            seed=a.seed,
+            forge=a.forge,
+            chat=a.chat,
+            workers_per_actor=a.workers_per_actor,
+            launch_interval_s=a.launch_interval,
+            stop_when_done=not a.no_stop_when_done,
+            address=a.address,
+            routing=RoutingConfig(policy=a.policy, routers=a.routers),
+            sim=SimConfig(think_s=a.think, bug_rate=a.bug_rate),
+        )
+    except (ValidationError, HarnessError) as exc:
+        p.error(str(exc))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    try:
+        task = Task.load(cfg.task)
+    except TaskError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from agensh_ray.driver import Run
+
+    summary = Run(cfg, task, verbose=VERBOSE).execute()
+    return 0 if summary is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The built-in simulated agent (`--harness sim`): a real ACP subprocess. See agent.py."""

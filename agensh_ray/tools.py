@@ -1,0 +1,276 @@
+"""The infra tools an agent sees: board, chat and forge over MCP (streamable
+HTTP, the official `mcp` SDK).
+
+One server per WorkerActor serves all of its workers; a worker is identified
+by its URL path ``/w/<worker_id>/<token>/mcp`` (every ACP agent can be given a
+URL, not every one can be given headers). Results are plain text, and pending
+urgent events for the caller (DMs, new board entries, FAILs) are appended to
+every result: that is how a message reaches an agent mid-turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import uvicorn
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+from agensh_ray.models import BoardEntry, ChatMessage, PullRequest
+
+log = logging.getLogger(__name__)
+
+
+class ToolFailure(Exception):
+    """An error the model can act on: its message is returned as the tool result."""
+
+
+class Infra(Protocol):
+    """What the tools need from the host, per worker. Raise ToolFailure for bad arguments."""
+
+    async def board_write(self, worker: str, type: str, text: str, detail: str | None) -> BoardEntry: ...
+    async def board_read(self, worker: str, limit: int) -> list[BoardEntry]: ...
+    async def board_unfold(self, worker: str, seq: int) -> BoardEntry: ...
+    async def board_grep(self, worker: str, pattern: str, regex: bool, limit: int) -> list[BoardEntry]: ...
+    async def send_dm(self, worker: str, to: str, text: str) -> ChatMessage: ...
+    async def channel_post(self, worker: str, text: str) -> ChatMessage: ...
+    async def read_messages(self, worker: str, limit: int) -> list[ChatMessage]: ...
+    async def pr_create(self, worker: str, head: str, title: str, body: str) -> PullRequest: ...
+    async def pr_list(self, worker: str, state: str) -> list[PullRequest]: ...
+    async def pr_view(self, worker: str, number: int) -> PullRequest: ...
+    async def pr_review(self, worker: str, number: int, verdict: str, body: str) -> PullRequest: ...
+    async def pr_comment(self, worker: str, number: int, body: str) -> PullRequest: ...
+    async def pr_merge(self, worker: str, number: int) -> PullRequest: ...
+    async def issue_view(self, worker: str, number: int) -> str: ...
+    def pending_urgent(self, worker: str) -> str:
+        """Text of urgent events queued for the worker (empty if none); marks them delivered."""
+    def record_tool_call(self, worker: str, tool: str, duration_ms: float, ok: bool, error: str | None) -> None: ...
+    def check_token(self, worker: str, token: str) -> bool: ...
+
+
+def fmt_entry(e: BoardEntry) -> str:
+    more = " [+detail: board_unfold]" if e.has_detail else ""
+    return f"#{e.seq} {e.type.value} {e.worker_id}: {e.text}{more}"
+
+
+def fmt_message(m: ChatMessage) -> str:
+    where = f"DM {m.sender} -> {m.to}" if m.to else f"#{m.channel} {m.sender}"
+    return f"[{where}] {m.text}"
+
+
+def fmt_pr(pr: PullRequest, long: bool = False) -> str:
+    line = f"PR #{pr.number} [{pr.state}] {pr.head} -> {pr.base} by {pr.author}: {pr.title}"
+    if pr.state == "merged":
+        line += f" (merged by {pr.merged_by})"
+    if not long:
+        return line
+    parts = [line]
+    if pr.body:
+        parts.append(pr.body)
+    if pr.files:
+        parts.append("files: " + ", ".join(pr.files))
+    for r in pr.reviews:
+        parts.append(f"review by {r.reviewer}: {r.verdict} {r.body}".rstrip())
+    for c in pr.comments:
+        parts.append(f"comment by {c.author}: {c.body}")
+    if pr.diff:
+        parts.append(pr.diff)
+    return "\n".join(parts)
+
+
+def build_server(infra: Infra) -> MCPServer:
+    """The MCP server with every infra tool; the worker comes from the request scope."""
+    server = MCPServer("agensh-infra", instructions="Board, chat and forge tools shared by every worker of the run.")
+
+    def tool(fn: Callable[..., Awaitable[str]]) -> None:
+        name = fn.__name__
+
+        async def wrapper(ctx: Context, **kwargs) -> str:
+            worker = _worker_of(ctx)
+            t0 = time.perf_counter()
+            error = None
+            try:
+                text = await fn(worker, **kwargs)
+            except ToolFailure as exc:
+                error = str(exc)
+                text = f"ERROR: {exc}"
+            except Exception as exc:  # an infra fault must not look like success, nor kill the server
+                log.exception("tool %s failed for %s", name, worker)
+                error = f"{type(exc).__name__}: {exc}"
+                text = f"ERROR: {name} failed: {error}. Try again in a moment."
+            infra.record_tool_call(worker, name, (time.perf_counter() - t0) * 1000, error is None, error)
+            urgent = infra.pending_urgent(worker)
+            if urgent:
+                text += "\n\n" + urgent
+            return text
+
+        # Expose the original signature (minus the worker) to the SDK for the input schema.
+        import inspect
+
+        sig = inspect.signature(fn)
+        params = [p for p in sig.parameters.values() if p.name != "worker"]
+        ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+        wrapper.__signature__ = sig.replace(parameters=[*params, ctx_param], return_annotation=str)
+        wrapper.__name__ = name
+        wrapper.__doc__ = fn.__doc__
+        wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, "ctx": Context, "return": str}
+        server.add_tool(wrapper, name=name, description=fn.__doc__, structured_output=False)
+
+    @tool
+    async def board_write(worker: str, type: str, text: str, detail: str | None = None) -> str:
+        """Add an entry to the shared board. type: OBSERVED (something you noticed), FACT (verified), FAIL
+        (something that failed, so nobody repeats it), CLAIM (the sub-task you take, <= 100 chars),
+        PATCH_SUMMARY (what your merged PR did, <= 300 chars). Other types: text <= 100 chars. Put longer
+        material in detail."""
+        e = await infra.board_write(worker, type, text, detail)
+        return f"written: {fmt_entry(e)}"
+
+    @tool
+    async def board_read(worker: str, limit: int = 200) -> str:
+        """The recent board (newest last): claims, facts, failures and patch summaries of every worker."""
+        entries = await infra.board_read(worker, limit)
+        return "\n".join(fmt_entry(e) for e in entries) or "(the board is empty)"
+
+    @tool
+    async def board_unfold(worker: str, seq: int) -> str:
+        """The full entry with its detail."""
+        e = await infra.board_unfold(worker, seq)
+        return fmt_entry(e) + ("\n" + e.detail if e.detail else "\n(no detail)")
+
+    @tool
+    async def board_grep(worker: str, pattern: str, regex: bool = True, limit: int = 50) -> str:
+        """Search the full board history (text and detail, case-insensitive), newest first."""
+        entries = await infra.board_grep(worker, pattern, regex, limit)
+        return "\n".join(fmt_entry(e) for e in entries) or f"(no entry matches {pattern!r})"
+
+    @tool
+    async def send_dm(worker: str, to: str, text: str) -> str:
+        """Direct message to one worker (e.g. w003). Only when the two of you would change the same thing."""
+        m = await infra.send_dm(worker, to, text)
+        return f"sent: {fmt_message(m)}"
+
+    @tool
+    async def channel_post(worker: str, text: str) -> str:
+        """Post on the task channel that every worker reads at its next turn."""
+        m = await infra.channel_post(worker, text)
+        return f"posted: {fmt_message(m)}"
+
+    @tool
+    async def read_messages(worker: str, limit: int = 30) -> str:
+        """Recent channel posts and your direct messages."""
+        msgs = await infra.read_messages(worker, limit)
+        return "\n".join(fmt_message(m) for m in msgs) or "(no messages)"
+
+    @tool
+    async def pr_create(worker: str, head: str, title: str, body: str = "") -> str:
+        """Open a pull request from a branch you pushed (head) into main."""
+        pr = await infra.pr_create(worker, head, title, body)
+        return f"opened: {fmt_pr(pr)}"
+
+    @tool
+    async def pr_list(worker: str, state: str = "open") -> str:
+        """Pull requests by state: open, merged, closed or all."""
+        prs = await infra.pr_list(worker, state)
+        return "\n".join(fmt_pr(p) for p in prs) or f"(no {state} pull requests)"
+
+    @tool
+    async def pr_view(worker: str, number: int) -> str:
+        """One pull request with its reviews, comments, files and diff."""
+        return fmt_pr(await infra.pr_view(worker, number), long=True)
+
+    @tool
+    async def pr_review(worker: str, number: int, verdict: str, body: str = "") -> str:
+        """Review a pull request: verdict approve, comment or request_changes."""
+        pr = await infra.pr_review(worker, number, verdict, body)
+        return f"reviewed: {fmt_pr(pr)}"
+
+    @tool
+    async def pr_comment(worker: str, number: int, body: str) -> str:
+        """Comment on a pull request (mention a worker with @w003 to notify it)."""
+        pr = await infra.pr_comment(worker, number, body)
+        return f"commented: {fmt_pr(pr)}"
+
+    @tool
+    async def pr_merge(worker: str, number: int) -> str:
+        """Merge a pull request into main. On a conflict you get the files: merge main into the branch,
+        resolve, push, and merge again."""
+        pr = await infra.pr_merge(worker, number)
+        return f"merged: {fmt_pr(pr)} as {pr.merge_commit}"
+
+    @tool
+    async def issue_view(worker: str, number: int = 1) -> str:
+        """An issue of the forge; issue #1 is the task."""
+        return await infra.issue_view(worker, number)
+
+    server._agensh_infra = infra  # type: ignore[attr-defined]
+    return server
+
+
+def _worker_of(ctx: Context) -> str:
+    req = ctx.request_context.request
+    worker = req.scope.get("agensh_worker") if req is not None else None
+    if not worker:
+        raise ToolFailure("this MCP endpoint is not bound to a worker; use the URL given in session/new")
+    return worker
+
+
+class ToolServer:
+    """Serves the infra tools on loopback inside the host's event loop.
+
+    URL of a worker: ``http://127.0.0.1:<port>/w/<worker>/<token>/mcp``. A path
+    with an unknown worker or a wrong token gets 404.
+    """
+
+    def __init__(self, infra: Infra, host: str = "127.0.0.1", port: int = 0):
+        self.infra = infra
+        self.host = host
+        self._port = port
+        self._inner = build_server(infra).streamable_http_app(streamable_http_path="/mcp")
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task | None = None
+
+    async def _app(self, scope, receive, send):
+        if scope["type"] == "http":
+            parts = scope["path"].split("/")
+            # ['', 'w', worker, token, 'mcp', ...]
+            if len(parts) < 5 or parts[1] != "w" or not self.infra.check_token(parts[2], parts[3]):
+                await _not_found(send)
+                return
+            scope = dict(scope, path="/" + "/".join(parts[4:]), agensh_worker=parts[2])
+        await self._inner(scope, receive, send)
+
+    async def start(self) -> None:
+        import socket
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self._port))
+        self._port = sock.getsockname()[1]
+        config = uvicorn.Config(self._app, log_level="warning", lifespan="on", access_log=False, interface="asgi3")
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="mcp-tool-server")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.01)
+
+    def url(self, worker: str, token: str) -> str:
+        return f"http://{self.host}:{self._port}/w/{worker}/{token}/mcp"
+
+    async def close(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            try:
+                await asyncio.wait_for(self._task, timeout=5)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+            self._server = None
+
+
+async def _not_found(send) -> None:
+    await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"unknown worker endpoint"})
