@@ -81,6 +81,8 @@ class SimSession:
     lost: set[str] = field(default_factory=set)
     """Features this worker backed off from."""
     tool_seq: int = 0
+    announced: bool = False
+    """Whether this session already checked main end to end and told the channel."""
 
 
 class SimAgent:
@@ -233,6 +235,9 @@ class Turn:
             feature = await self.gather_and_claim()
             if feature is None:
                 await self.say("Nothing left to claim: every feature is merged or claimed by a peer.")
+                if not self.s.announced:
+                    self.s.announced = True
+                    await self.check_main()
                 return
             try:
                 await self.build(feature)
@@ -359,6 +364,20 @@ class Turn:
                 type="PATCH_SUMMARY",
                 text=f"{feature}: added textkit/commands/{feature}.py and its registry line; PR #{number} merged",
             )
+
+    async def check_main(self) -> None:
+        """Verify main end to end once nothing is left to claim, and say so on the channel."""
+        await self.sh("git", "fetch", "-q", "origin")
+        await self.sh("git", "checkout", "-q", "--detach", "origin/main")
+        _, sha = await self.sh("git", "rev-parse", "--short", "HEAD")
+        rc, out = await self.sh(sys.executable, "checks/check.py", check=False)
+        failed = [l for l in out.splitlines() if l.startswith("FAIL")]
+        if rc == 0:
+            await self.tool("channel_post", text=f"{self.s.worker}: nothing left to claim; main {sha.strip()} "
+                                                 "passes every visible check")
+        else:
+            await self.tool("board_write", type="FAIL", text=f"main {sha.strip()} fails {len(failed)} check(s)",
+                            detail="\n".join(failed)[:4000])
 
     async def add_registry_line(self, line: str) -> None:
         path = self.task.registry_path

@@ -1,0 +1,77 @@
+"""In-process services for tests that drive a WorkerHost without Ray: the
+real Board, EmbeddedChat and EmbeddedForge, awaited like their actors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agensh_ray.board import Board
+from agensh_ray.config import RunConfig
+from agensh_ray.task import Task
+from agensh_ray.worker import WorkerHost
+from services.chat.embedded import EmbeddedChat
+from services.forge.embedded import EmbeddedForge
+
+
+class Awaited:
+    """`await x.method(...)` calls the plain object's method."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __getattr__(self, name):
+        fn = getattr(self.obj, name)
+
+        async def call(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return call
+
+
+class LocalBoard:
+    """The BoardHandle's async surface over a plain Board."""
+
+    def __init__(self, board: Board):
+        self.board = board
+
+    async def awrite(self, entry):
+        return self.board.write(entry)
+
+    async def arecent(self, limit=None):
+        return self.board.recent(limit)
+
+    async def aunfold(self, seq):
+        return self.board.unfold(seq)
+
+    async def agrep(self, pattern, regex=True, limit=50, type=None):
+        return self.board.grep(pattern, regex=regex, limit=limit, type=type)
+
+
+class LocalServices:
+    def __init__(self, root: Path, workers: list[str], task: str = "textkit"):
+        self.task = Task.load(task)
+        starter = root / "starter"
+        self.task.materialize_starter(starter)
+        self.board_plain = Board(root / "board.jsonl")
+        self.chat_plain = EmbeddedChat(root / "chat")
+        self.forge_plain = EmbeddedForge(root / "forge")
+        self.forge_plain.start()
+        self.forge_plain.init_repo(starter, self.task.title, self.task.text())
+        for w in workers:
+            self.chat_plain.add_user(w)
+            self.forge_plain.add_user(w)
+        self.board = LocalBoard(self.board_plain)
+        self.chat = Awaited(self.chat_plain)
+        self.forge = Awaited(self.forge_plain)
+        self.clone_urls = {w: self.forge_plain.clone_url(w) for w in workers}
+
+    def host(self, run_dir: Path, workers: list[str], **cfg) -> WorkerHost:
+        config = RunConfig(workers=len(workers), **cfg)
+        return WorkerHost(
+            "h000", workers, config, run_dir, "test-run", self, self.clone_urls, time.time(), self.task.root
+        )
+
+    def close(self) -> None:
+        self.forge_plain.close()
+        self.chat_plain.close()

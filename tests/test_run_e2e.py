@@ -1,0 +1,108 @@
+"""A whole run, end to end, on the shared Ray instance: 3 sim workers (real
+ACP subprocesses), the embedded forge and chat, the board and routers. One
+agent process is SIGKILLed mid-run; the run must go on and record it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+import ray
+
+from agensh_ray.config import RunConfig
+from agensh_ray.driver import Run
+from agensh_ray.task import Task
+from analysis.views import connect
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def wait_for(cond, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def finished_run(ray_session, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs")
+    cfg = RunConfig(workers=3, time_scale=120, run_dir=run_dir, run_id="e2e", seed=7)
+    out = io.StringIO()
+    run = Run(cfg, Task.load("textkit"), out=out)
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.setdefault("summary", run.execute()), daemon=True)
+    t.start()
+
+    def agent_pid():
+        try:
+            host = ray.get_actor("host-e2e-h000")
+            st = ray.get(host.status.remote())
+            pids = ray.get(host.agent_pids.remote())
+        except ValueError:
+            return None
+        return st["in_turn"] and pids.get("w001")
+
+    pid = wait_for(agent_pid, 120, "w001's agent to be in a turn")
+    os.kill(pid, signal.SIGKILL)
+    t.join(timeout=280)
+    assert not t.is_alive(), "the run did not finish in time:\n" + out.getvalue()
+    return result["summary"], run_dir / "e2e", out.getvalue(), pid
+
+
+def test_three_workers_rebuild_the_program(finished_run):
+    summary, run_dir, out, _ = finished_run
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    assert on_disk == summary
+    for key in ("run_id", "workers", "prs_opened", "prs_merged", "merged_pr_authors", "merge_conflicts",
+                "board_entries", "dms", "score", "run_dir"):
+        assert key in summary
+    assert summary["workers"] == 3
+    assert summary["prs_merged"] >= 10, out
+    assert summary["merged_pr_authors"] >= 2, out
+    assert summary["score"] >= 0.8, out
+    assert summary["board_entries"].get("CLAIM", 0) >= summary["prs_merged"]
+    assert summary["board_entries"].get("PATCH_SUMMARY", 0) == summary["prs_merged"]
+    assert "PRs" in out and "score" in out  # progress lines were shown
+
+
+def test_killed_agent_is_restarted_and_recorded(finished_run):
+    _, run_dir, _, pid = finished_run
+    con = connect(run_dir)
+    events = con.execute(
+        "SELECT event, pid FROM lifecycle WHERE worker_id = 'w001' ORDER BY ts"
+    ).fetchall()
+    kinds = [e for e, _ in events]
+    assert kinds[0] == "started"
+    assert "crashed" in kinds and "restarted" in kinds, events
+    assert kinds.index("crashed") < kinds.index("restarted")
+    restarted_pid = events[kinds.index("restarted")][1]
+    assert restarted_pid and restarted_pid != pid
+    # The worker went on taking turns after the restart.
+    after = con.execute(
+        "SELECT count(*) FROM turns WHERE worker_id = 'w001' AND phase = 'end' AND ts > "
+        "(SELECT min(ts) FROM lifecycle WHERE worker_id = 'w001' AND event = 'restarted')"
+    ).fetchone()[0]
+    assert after >= 1
+
+
+def test_every_trace_table_is_queryable_with_duckdb(finished_run):
+    _, run_dir, _, _ = finished_run
+    con = connect(run_dir)
+    for table in ("board", "messages", "forge", "turns", "tool_calls", "deliveries", "scores", "lifecycle"):
+        n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        assert n > 0, f"{table} is empty"
+    merged = con.execute("SELECT count(*) FROM forge WHERE kind = 'pr_merged'").fetchone()[0]
+    assert merged == json.loads((run_dir / "summary.json").read_text())["prs_merged"]
+    mid_turn = con.execute("SELECT count(*) FROM deliveries WHERE via = 'mid_turn'").fetchone()[0]
+    assert mid_turn > 0
+    final = con.execute("SELECT pass_rate FROM scores WHERE checkpoint = 'final'").fetchone()[0]
+    assert final >= 0.8

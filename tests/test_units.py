@@ -1,0 +1,106 @@
+"""Small pieces without Ray: config, harness registry, trace writer, the
+workdir confinement of the ACP client, the launch schedule, the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from acp import RequestError
+
+from agensh_ray.config import RunConfig
+from agensh_ray.driver import launch_offsets, worker_ids
+from agensh_ray.harness import HarnessError, get_harness
+from agensh_ray.session import confine
+from agensh_ray.trace import SCHEMAS, TABLES, BoardRow, TraceWriter, TurnRow
+
+
+def test_unknown_harness_lists_the_known_ones():
+    with pytest.raises(HarnessError) as e:
+        get_harness("copilt")
+    for name in ("copilot", "claude", "codex", "gemini", "sim", "cmd:"):
+        assert name in str(e.value)
+
+
+def test_cmd_harness_takes_any_command_line():
+    h = get_harness("cmd:my-agent --acp --verbose")
+    assert h.command == ("my-agent", "--acp", "--verbose")
+    with pytest.raises(HarnessError):
+        get_harness("cmd:")
+    with pytest.raises(HarnessError, match="not found on PATH"):
+        get_harness("cmd:definitely-not-installed-agent").argv()
+
+
+def test_worker_environment_is_sealed(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret-value")
+    monkeypatch.setenv("COPILOT_PROVIDER_API_KEY", "copilot-secret")
+    monkeypatch.setenv("UNRELATED_VARIABLE", "x")
+    env = get_harness("claude").environment(home=tmp_path / "h", extra={})
+    assert env["ANTHROPIC_API_KEY"] == "sk-secret-value"
+    assert "COPILOT_PROVIDER_API_KEY" not in env and "UNRELATED_VARIABLE" not in env
+    assert env["HOME"] == str(tmp_path / "h") and env["CLAUDE_CONFIG_DIR"].startswith(str(tmp_path / "h"))
+    assert "sk-secret-value" not in get_harness("claude").redact("key=sk-secret-value", env)
+
+
+def test_config_rejects_nonsense_with_a_clear_message():
+    with pytest.raises(ValueError, match="between 1 and 1,024"):
+        RunConfig(workers=2000)
+    with pytest.raises(ValueError, match="time_scale"):
+        RunConfig(time_scale=0)
+    with pytest.raises(ValueError, match="extra"):
+        RunConfig.model_validate({"workers": 2, "wokers": 3})
+
+
+def test_launch_schedule_is_staggered_then_fast():
+    cfg = RunConfig(workers=200)
+    offs = launch_offsets(cfg, 200)
+    assert offs[:3] == [0.0, 30.0, 60.0]
+    assert offs[120] - offs[119] == 30.0  # still within the first hour
+    assert offs[125] - offs[124] == 3.0
+    assert worker_ids(3) == ["w001", "w002", "w003"] and worker_ids(1024)[-1] == "w1024"
+
+
+def test_paths_outside_the_workdir_are_refused(tmp_path):
+    (tmp_path / "work").mkdir()
+    assert confine(tmp_path / "work", "a/b.txt") == (tmp_path / "work" / "a" / "b.txt").resolve()
+    for bad in ("../escape.txt", "/etc/passwd", str(tmp_path / "work" / ".." / "x")):
+        with pytest.raises(RequestError):
+            confine(tmp_path / "work", bad)
+    (tmp_path / "work" / "link").symlink_to("/etc")
+    with pytest.raises(RequestError):
+        confine(tmp_path / "work", "link/passwd")
+
+
+def test_trace_writer_writes_typed_parquet(tmp_path):
+    w = TraceWriter(tmp_path, "t", "run-1", flush_interval_s=0)
+    w.write(BoardRow(seq=1, type="FACT", text="x", worker_id="w001", event_id="board:1"))
+    w.write(TurnRow(turn=1, phase="start", worker_id="w001"))
+    w.close()
+    w.close()  # idempotent
+    board = pq.read_table(tmp_path / "trace" / "board")
+    assert board.schema.equals(SCHEMAS["board"], check_metadata=False)
+    row = board.to_pylist()[0]
+    assert row["run_id"] == "run-1" and row["seq"] == 1 and row["ts"].tzinfo is not None
+    assert set(TABLES) >= {"board", "messages", "forge", "turns", "tool_calls", "usage", "deliveries", "scores",
+                           "lifecycle"}
+
+
+def test_run_help_explains_every_flag():
+    out = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for flag in ("--workers", "--task", "--harness", "--minutes", "--hours", "--time-scale", "--run-dir", "--seed"):
+        assert flag in out
+
+
+def test_run_rejects_bad_input_before_starting_anything():
+    r = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--harness", "nope"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "unknown harness 'nope'" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--task", "no-such-task"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "unknown task" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--workers", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "between 1 and 1,024" in r.stderr
