@@ -33,7 +33,7 @@ import os
 import re
 import time
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -511,7 +511,7 @@ class Board:
         pb = PreparedBatch(results=[], next_seq_before=self._next_seq)
         batch_rids: dict[tuple[str, str], BoardEntry] = {}
         seq = self._next_seq
-        ts = int(self.clock() * 1e6)
+        ts = max(int(self.clock() * 1e6), self.last_ts)  # sorted stamps, even if the wall clock steps back
         chunks: list[bytes] = []
         for raw in entries:
             try:
@@ -657,6 +657,16 @@ class Board:
             return []
         lo = bisect_right(self._seq, cursor)
         return [self._entry(i) for i in range(lo, min(len(self._seq), lo + limit))]
+
+    def cursor_at(self, ts: int) -> int:
+        """The seq just before the first entry stamped at or after `ts` (board clock, us): `since(cursor_at(t))`
+        reads what was written from t on. Stamps follow commit order, so the column is sorted."""
+        i = bisect_left(self._ts, ts)
+        return self._seq[i - 1] if i > 0 else 0
+
+    @property
+    def last_ts(self) -> int:
+        return self._ts[-1] if self._ts else 0
 
     def unfold(self, seq: int) -> BoardEntry:
         """One entry with its detail."""

@@ -41,6 +41,8 @@ class SimConfig(BaseModel):
     """Probability that a first implementation fails its check (a FAIL entry, then a fix)."""
     observe_rate: float = 0.3
     """Probability of posting an OBSERVED entry while studying a feature."""
+    verify_main_rate: float = 1.0
+    """Probability that a worker with nothing left to claim checks main end to end and posts on the channel."""
 
 
 class RunConfig(BaseModel):
@@ -80,6 +82,10 @@ class RunConfig(BaseModel):
     """Schedule seconds between score checkpoints of main."""
     address: str | None = None
     """Ray address (auto to join a cluster); None starts a local instance."""
+    queue: bool = False
+    """On a cluster with fewer free agent slots than workers, wait for slots instead of refusing."""
+    worker_memory_mb: int | None = None
+    """Memory Ray reserves per worker (default: 450 MiB for a real agent CLI, 0 for sim)."""
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +22,41 @@ from agensh_ray.task import Task
 from agensh_ray.trace import ScoreRow, TraceWriter
 
 log = logging.getLogger("agensh.run")
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
+
+
+class CapacityError(RuntimeError):
+    """The cluster cannot host the requested workers."""
+
+
+def host_options(cfg: RunConfig, n_workers: int, cluster_slots: float | None) -> dict:
+    """Ray options of one WorkerActor hosting n_workers: an agent slot per worker where the
+    cluster declares slots, and the memory its agents need."""
+    opts: dict = {}
+    if cluster_slots is not None:
+        opts["resources"] = {"agent_slot": n_workers}
+    per_worker = cfg.worker_memory_mb if cfg.worker_memory_mb is not None else (0 if cfg.harness == "sim" else 450)
+    if per_worker:
+        opts["memory"] = per_worker * n_workers * 1024 * 1024
+    return opts
+
+
+def check_capacity(cfg: RunConfig, total_slots: float | None, free_slots: float | None, nodes: int) -> None:
+    """Refuse a run the cluster cannot seat, with the numbers, unless asked to queue."""
+    if total_slots is None:
+        return  # no agent_slot resource declared: a local instance, nothing to check
+    if total_slots < cfg.workers:
+        raise CapacityError(
+            f"the cluster has {total_slots:.0f} agent slots in all ({nodes} nodes); this run needs {cfg.workers}. "
+            "Add nodes (cluster.yaml declares 64 per node) or lower --workers."
+        )
+    if (free_slots or 0) < cfg.workers and not cfg.queue:
+        raise CapacityError(
+            f"only {free_slots or 0:.0f} of {total_slots:.0f} agent slots are free ({nodes} nodes); this run needs "
+            f"{cfg.workers}. Wait for other runs to end, lower --workers, or pass --queue to wait for slots."
+        )
 
 
 def worker_ids(n: int) -> list[str]:
@@ -67,7 +101,9 @@ class Run:
         # Actor logs stay in Ray's session log folder unless --verbose: the driver prints progress lines.
         kwargs = dict(include_dashboard=False, log_to_driver=self.verbose, logging_level=logging.WARNING)
         if self.cfg.address:
-            ray.init(address=self.cfg.address, namespace="agensh", **kwargs)
+            # The project ships to every node through the runtime env (same code as this driver).
+            runtime_env = {"working_dir": str(PROJECT_ROOT), "excludes": SHIP_EXCLUDES}
+            ray.init(address=self.cfg.address, namespace="agensh", runtime_env=runtime_env, **kwargs)
         else:
             ray.init(num_cpus=max(2, os.cpu_count() or 2), namespace="agensh", **kwargs)
         self._owns_ray = True
@@ -100,13 +136,14 @@ class Run:
 
         k = self.cfg.workers_per_actor
         groups = [self.workers[i : i + k] for i in range(0, len(self.workers), k)]
+        total = self._slots
         cfg_json = self.cfg.model_dump_json()
         self.hosts: dict[str, tuple] = {}
         start_wall = time.time()
         self.start_wall = start_wall
         for i, ws in enumerate(groups):
             hid = f"h{i:03d}"
-            handle = WorkerActor.options(name=f"host-{self.run_id}-{hid}").remote(
+            handle = WorkerActor.options(name=f"host-{self.run_id}-{hid}", **host_options(self.cfg, len(ws), total)).remote(
                 hid, ws, cfg_json, str(self.run_dir), self.run_id, self.board, self.chat, self.forge,
                 {w: self.clone_urls[w] for w in ws}, start_wall, str(self.task.root),
             )
@@ -228,7 +265,16 @@ class Run:
         )
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         self._init_ray()
-        self.say("ray ready; bootstrapping board, chat, forge (issue #1 = the task)")
+        self._slots = ray.cluster_resources().get("agent_slot")
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        try:
+            check_capacity(self.cfg, self._slots, ray.available_resources().get("agent_slot"), nodes)
+        except CapacityError:
+            if self._owns_ray:
+                ray.shutdown()
+            raise
+        slots = f", {self._slots:.0f} agent slots" if self._slots is not None else ""
+        self.say(f"ray ready ({nodes} node(s){slots}); bootstrapping board, chat, forge (issue #1 = the task)")
         self._bootstrap()
         try:
             self._start_hosts()

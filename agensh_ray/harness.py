@@ -58,6 +58,7 @@ class Harness:
         env["XDG_CONFIG_HOME"] = str(home / ".config")
         if self.config_dir_var:
             env[self.config_dir_var] = str(home / f".{self.name}")
+            (home / f".{self.name}").mkdir(parents=True, exist_ok=True)
         env.update(extra)
         return env
 

@@ -2,26 +2,63 @@
 per-worker queues it lands in.
 
 `Fanout` (inside a RouterActor) turns source events — board entries, chat
-messages, forge events, each read by cursor from a durable source — into
-deliveries grouped per host. `HostInbox` (inside a WorkerActor) keeps one
-queue per worker and a cursor per source, so a batch replayed by a restarted
-router is dropped instead of reaching the agent twice.
+messages, forge events, each read by cursor from a durable source — into one
+list of `Event`s per host. An event is shipped once per host with its targets
+as a rule ("every worker of the host but the author"), never once per worker:
+one board entry costs 16 small items for 1,024 workers on 16 hosts, not 1,023.
+
+`HostInbox` (inside a WorkerActor) expands the rule into its workers' queues
+and keeps a cursor per source, so a batch replayed by a restarted router is
+dropped instead of reaching the agent twice.
 
 Priorities (DESIGN.md): DMs, new board entries and FAILs are high (mid-turn,
-appended to the next infra-tool result); channel posts and forge
-notifications are low (next turn start).
+appended to the next infra-tool result); channel posts, forge notifications
+and, under the `relevant` policy, board entries that do not touch a worker's
+claims are low (next turn start; board ones folded into one summary line).
+
+`Schedule` says when the host's own prompts are due: the idle nudge, the
+share-findings prompt and the wind-down notices.
 """
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from heapq import merge
+from operator import itemgetter
+from typing import Any, Iterable, NamedTuple
 
-from agensh_ray.models import BoardEntry, ChatMessage, Delivery, EntryType, ForgeEvent, now_us
+from agensh_ray.models import BoardEntry, ChatMessage, EntryType, ForgeEvent, now_us
 
 SOURCES = ("board", "chat", "forge")
-WORD_RE = re.compile(r"[a-z0-9_][a-z0-9_\-]{2,}")
+POLICIES = ("all", "relevant")
+
+HIGH, LOW = "high", "low"
+LOCAL_SOURCE = "local"
+
+WORD_RE = re.compile(r"[a-z0-9][a-z0-9_]+")
+"""Words of a CLAIM / entry for the `relevant` policy: lower-case runs of two or more letters or
+digits ('textkit/commands/tac.py' -> textkit, commands, tac, py)."""
+
+STOP_WORDS = frozenset(
+    """
+    a an and are as at be been but by can do does done for from has have he her his how i if in into is it
+    its me my no not now of on or our she so than that the their them then there these they this to up us
+    was we were what when where which who will with you your all any also only just more most new old one
+    two some very via vs
+    claim claims claimed claiming mine take taking work working on doing will add adding added fix fixing
+    fixed implement implementing implemented build building write writing wrote test tests testing
+    file files code module modules function functions command commands subcommand subcommands py src lib
+    main branch pr prs patch merge merged
+    """.split()
+)
+"""Words too common to make two things 'overlap' (English function words, the task's verbs)."""
+
+
+def words(text: str) -> frozenset[str]:
+    """The distinctive words of a text (see WORD_RE, minus STOP_WORDS)."""
+    return frozenset(WORD_RE.findall(text.lower())) - STOP_WORDS
 
 
 def source_of(event_id: str) -> tuple[str, int]:
@@ -33,161 +70,290 @@ def board_text(e: BoardEntry) -> str:
     return f"[board #{e.seq} {e.type.value} {e.worker_id}] {e.text}"
 
 
+class Event(NamedTuple):
+    """One source event as a router ships it to one host: its text once, its targets as a rule.
+
+    `high` and `low` name the host's workers that get it at that priority; `None` means "every other
+    worker of the host": all of them but the author and those named in the other field. A tuple, not a
+    pydantic model: 1,024 workers make this the hottest value of the run (it is built by `Fanout`
+    from validated models and never crosses the agent boundary).
+    """
+
+    source: str
+    """board | chat | forge (the cursor it advances)."""
+    seq: int
+    kind: str
+    """board | dm | channel | forge (a board entry delivered low becomes a `summary`)."""
+    text: str
+    author: str
+    enqueue_ts: int
+    high: tuple[str, ...] | None = ()
+    low: tuple[str, ...] | None = ()
+    label: str = ""
+    """The board entry type (summaries count them per type)."""
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.source}:{self.seq}"
+
+
+class Queued(NamedTuple):
+    """One event as it reaches one agent (what `HostInbox.take` returns; fields as in `Delivery`)."""
+
+    event_id: str
+    worker_id: str
+    priority: str
+    kind: str
+    text: str
+    enqueue_ts: int
+    label: str = ""
+
+
+# ------------------------------------------------------------------ router side
+
+
+@dataclass
+class Claim:
+    words: frozenset[str]
+    ts: int
+    """Board clock, microseconds (the CLAIM entry's ts)."""
+
+
 @dataclass
 class Fanout:
     """Decides the targets of source events for the hosts one router serves.
 
-    policy `all`: every board entry goes to every other worker, high priority.
-    policy `relevant`: FAILs and entries that overlap a worker's active claims
-    are high; the rest go low as a summary at the next turn start.
+    policy `all` (the paper's): every board entry goes to every other worker, high.
+    policy `relevant`: FAILs, and entries sharing a distinctive word with a worker's active CLAIM,
+    are high for that worker; the rest go low and are summarised at its next turn start.
+
+    A worker's active claim is its latest CLAIM, until it publishes a PATCH_SUMMARY or the claim is
+    older than `claim_ttl_s` on the board clock (as the board hides it from the recent view).
+    Words held by more than half of the claimants (when there are at least 4) are treated as
+    common to the task, not as an overlap.
     """
 
     hosts: dict[str, list[str]]
     policy: str = "all"
-    claims: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    """worker -> words of its active CLAIMs (for the relevant policy)."""
+    claim_ttl_s: float = 3600.0
+    claims: dict[str, Claim] = field(default_factory=dict)
+    _index: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
     def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown delivery policy {self.policy!r}; valid: {', '.join(POLICIES)}")
         self.host_of = {w: h for h, ws in self.hosts.items() for w in ws}
 
-    def _track_claims(self, e: BoardEntry) -> None:
+    # -- claims ------------------------------------------------------------------------
+    def track(self, e: BoardEntry) -> None:
+        """Update the claims view from one board entry (also used to rebuild it after a restart)."""
         if e.type is EntryType.CLAIM:
-            self.claims[e.worker_id] = set(WORD_RE.findall(e.text.lower())) - {"claim"}
+            self._drop_claim(e.worker_id)
+            c = Claim(words(e.text), e.ts)
+            self.claims[e.worker_id] = c
+            for wd in c.words:
+                self._index[wd].add(e.worker_id)
         elif e.type is EntryType.PATCH_SUMMARY:
-            self.claims.pop(e.worker_id, None)
+            self._drop_claim(e.worker_id)
 
-    def _relevant(self, e: BoardEntry, worker: str) -> bool:
-        if e.type is EntryType.FAIL:
-            return True
-        mine = self.claims.get(worker)
-        return bool(mine) and bool(mine & set(WORD_RE.findall(e.text.lower())))
+    def _drop_claim(self, worker: str) -> None:
+        old = self.claims.pop(worker, None)
+        if old is not None:
+            for wd in old.words:
+                holders = self._index.get(wd)
+                if holders is not None:
+                    holders.discard(worker)
+                    if not holders:
+                        del self._index[wd]
 
-    def board(self, entries: list[BoardEntry]) -> dict[str, list[Delivery]]:
-        out: dict[str, list[Delivery]] = defaultdict(list)
-        ts = now_us()
-        for e in entries:
-            self._track_claims(e)
-            text = board_text(e)
-            for host, workers in self.hosts.items():
-                for w in workers:
-                    if w == e.worker_id:
-                        continue
-                    high = self.policy == "all" or self._relevant(e, w)
-                    out[host].append(
-                        Delivery(
-                            event_id=e.event_id,
-                            worker_id=w,
-                            priority="high" if high else "low",
-                            kind="board" if high else "summary",
-                            text=text,
-                            enqueue_ts=ts,
-                        )
-                    )
+    def claimants(self, text: str, now_ts: int) -> set[str]:
+        """Workers whose active claim shares a distinctive word with `text` (now_ts: board clock, us)."""
+        oldest = now_ts - int(self.claim_ttl_s * 1e6)
+        common = max(2, len(self.claims) // 2) if len(self.claims) >= 4 else None
+        out: set[str] = set()
+        for wd in words(text):
+            holders = self._index.get(wd)
+            if not holders or (common is not None and len(holders) > common):
+                continue
+            out.update(w for w in holders if self.claims[w].ts >= oldest)
         return out
 
-    def chat(self, messages: list[ChatMessage]) -> dict[str, list[Delivery]]:
-        out: dict[str, list[Delivery]] = defaultdict(list)
+    # -- per source ----------------------------------------------------------------------
+    def board(self, entries: Iterable[BoardEntry]) -> dict[str, list[Event]]:
+        out: dict[str, list[Event]] = defaultdict(list)
+        ts = now_us()
+        for e in entries:
+            base = Event("board", e.seq, "board", board_text(e), e.worker_id, ts, label=e.type.value)
+            if self.policy == "all" or e.type is EntryType.FAIL:
+                ev = base._replace(high=None)
+                for h in self.hosts:
+                    out[h].append(ev)
+            else:
+                hot = self.claimants(e.text, e.ts)
+                hot.discard(e.worker_id)
+                by_host: dict[str, list[str]] = defaultdict(list)
+                for w in hot:
+                    h = self.host_of.get(w)
+                    if h is not None:
+                        by_host[h].append(w)
+                cold = base._replace(low=None)
+                for h in self.hosts:
+                    mine = by_host.get(h)
+                    out[h].append(base._replace(high=tuple(sorted(mine)), low=None) if mine else cold)
+            self.track(e)  # an entry never overlaps its own author's claim, so order does not matter
+        return out
+
+    def chat(self, messages: Iterable[ChatMessage]) -> dict[str, list[Event]]:
+        out: dict[str, list[Event]] = defaultdict(list)
         ts = now_us()
         for m in messages:
             if m.to is not None:
-                host = self.host_of.get(m.to)
-                if host is not None:
-                    out[host].append(
-                        Delivery(
-                            event_id=m.event_id,
-                            worker_id=m.to,
-                            priority="high",
-                            kind="dm",
-                            text=f"[DM from {m.sender}] {m.text}",
-                            enqueue_ts=ts,
-                        )
-                    )
+                h = self.host_of.get(m.to)
+                if h is not None and m.to != m.sender:
+                    out[h].append(Event("chat", m.seq, "dm", f"[DM from {m.sender}] {m.text}", m.sender, ts, (m.to,)))
                 continue
-            for host, workers in self.hosts.items():
-                for w in workers:
-                    if w != m.sender:
-                        out[host].append(
-                            Delivery(
-                                event_id=m.event_id,
-                                worker_id=w,
-                                priority="low",
-                                kind="channel",
-                                text=f"[#{m.channel} {m.sender}] {m.text}",
-                                enqueue_ts=ts,
-                            )
-                        )
+            ev = Event("chat", m.seq, "channel", f"[#{m.channel} {m.sender}] {m.text}", m.sender, ts, (), None)
+            for h in self.hosts:
+                out[h].append(ev)
         return out
 
-    def forge(self, events: list[ForgeEvent]) -> dict[str, list[Delivery]]:
-        out: dict[str, list[Delivery]] = defaultdict(list)
+    def forge(self, events: Iterable[ForgeEvent]) -> dict[str, list[Event]]:
+        out: dict[str, list[Event]] = defaultdict(list)
         ts = now_us()
-        for ev in events:
-            for w in ev.notify:
-                host = self.host_of.get(w)
-                if host is None or w == ev.actor:
-                    continue
-                what = f"PR #{ev.pr} " if ev.pr else ""
-                out[host].append(
-                    Delivery(
-                        event_id=ev.event_id,
-                        worker_id=w,
-                        priority="low",
-                        kind="forge",
-                        text=f"[forge] {what}{ev.kind.replace('_', ' ')} by {ev.actor}: {ev.detail}".rstrip(": "),
-                        enqueue_ts=ts,
-                    )
-                )
+        for fe in events:
+            what = f"PR #{fe.pr} " if fe.pr else ""
+            text = f"[forge] {what}{fe.kind.replace('_', ' ')} by {fe.actor}: {fe.detail}".rstrip(": ")
+            by_host: dict[str, list[str]] = defaultdict(list)
+            for w in dict.fromkeys(fe.notify):
+                h = self.host_of.get(w)
+                if h is not None and w != fe.actor:
+                    by_host[h].append(w)
+            for h, ws in by_host.items():
+                out[h].append(Event("forge", fe.seq, "forge", text, fe.actor, ts, (), tuple(ws)))
         return out
+
+    def split(self, source: str, batch: list[Any]) -> dict[str, list[Event]]:
+        return {"board": self.board, "chat": self.chat, "forge": self.forge}[source](batch)
+
+
+# ------------------------------------------------------------------ host side
 
 
 class HostInbox:
     """The queues of one host's workers plus the per-source cursors that make
-    delivery exactly-once to the agent under router replays."""
+    delivery exactly-once to the agent under router replays.
 
-    def __init__(self, workers: list[str]):
-        self.queues: dict[str, list[Delivery]] = {w: [] for w in workers}
+    A host is fed by one router, in order (one call in flight), so "seq <= my cursor
+    for that source" is exactly "already queued". Queues hold references to the shared
+    `Event`; the per-worker `Queued` value is made only when the agent takes it.
+    """
+
+    def __init__(self, workers: Iterable[str]):
+        self.workers = list(workers)
         self.cursors: dict[str, int] = {s: 0 for s in SOURCES}
+        self._hi: dict[str, list[tuple[int, Any]]] = {w: [] for w in self.workers}
+        self._lo: dict[str, list[tuple[int, Any]]] = {w: [] for w in self.workers}
+        self._kinds: dict[str, Counter[str]] = {w: Counter() for w in self.workers}
+        self._n = 0
+        self.accepted = 0
+        """Events that reached at least one queue (replays and foreign workers excluded)."""
+        self.duplicates = 0
+        """Replayed events dropped by the cursor check."""
 
-    def accept(self, deliveries: list[Delivery], cursors: dict[str, int]) -> int:
-        """Queue a router batch; events at or below this host's cursor are duplicates. Returns how many were new."""
-        new = 0
-        for d in deliveries:
-            src, seq = source_of(d.event_id)
-            if src in self.cursors and seq <= self.cursors[src]:
+    def accept(self, events: list[Event], cursors: dict[str, int]) -> set[str]:
+        """Queue a router batch; returns the workers that got something new.
+
+        Events at or below this host's cursor for their source are replays and are dropped.
+        Then the cursors move to `cursors` (the router's read position, which may be past the last
+        event: nothing in between concerned this host).
+        """
+        got: set[str] = set()
+        cur = self.cursors
+        for ev in events:
+            if ev.seq <= cur.get(ev.source, 0):
+                self.duplicates += 1
                 continue
-            q = self.queues.get(d.worker_id)
-            if q is not None:
-                q.append(d)
-                new += 1
+            cur[ev.source] = ev.seq
+            self._n += 1
+            item = (self._n, ev)
+            high, low = ev.high, ev.low
+            if high is None:
+                high = [w for w in self.workers if w != ev.author and w not in low]
+            elif low is None:
+                low = [w for w in self.workers if w != ev.author and w not in high]
+            low_kind = "summary" if ev.kind == "board" else ev.kind
+            reached = False
+            for targets, queues, kind in ((high, self._hi, ev.kind), (low, self._lo, low_kind)):
+                for w in targets:
+                    q = queues.get(w)
+                    if q is not None and w != ev.author:
+                        q.append(item)
+                        self._kinds[w][kind] += 1
+                        got.add(w)
+                        reached = True
+            self.accepted += reached
         for src, c in cursors.items():
-            if c > self.cursors.get(src, 0):
-                self.cursors[src] = c
-        return new
+            if c > cur.get(src, 0):
+                cur[src] = c
+        return got
 
-    def push_local(self, d: Delivery) -> None:
-        """Events the host makes itself (nudges, wind-down): not replayed, no dedup needed."""
-        self.queues[d.worker_id].append(d)
+    def push_local(self, d: Any) -> None:
+        """Events the host makes itself (nudges, wind-down; a `Delivery`): not replayed, no dedup."""
+        self._n += 1
+        q = Queued(d.event_id, d.worker_id, d.priority, d.kind, d.text, d.enqueue_ts)
+        (self._hi if d.priority == HIGH else self._lo)[d.worker_id].append((self._n, q))
+        self._kinds[d.worker_id][d.kind] += 1
 
     def has_any(self, worker: str) -> bool:
-        return bool(self.queues[worker])
-
-    def kinds(self, worker: str) -> set[str]:
-        return {d.kind for d in self.queues[worker]}
+        return bool(self._hi[worker] or self._lo[worker])
 
     def has_urgent(self, worker: str) -> bool:
-        return any(d.priority == "high" for d in self.queues[worker])
+        return bool(self._hi[worker])
 
-    def take(self, worker: str, urgent_only: bool) -> list[Delivery]:
-        q = self.queues[worker]
+    def kinds(self, worker: str) -> set[str]:
+        """Kinds waiting for the worker (O(number of kinds): the host asks on every wake-up)."""
+        return {k for k, n in self._kinds[worker].items() if n > 0}
+
+    def pending(self, worker: str) -> int:
+        return len(self._hi[worker]) + len(self._lo[worker])
+
+    def queued(self) -> int:
+        """Items waiting over all workers of the host."""
+        return sum(map(len, self._hi.values())) + sum(map(len, self._lo.values()))
+
+    @property
+    def queues(self) -> dict[str, list[Queued]]:
+        """A snapshot of every queue, oldest first (for status and tests; `queued()` is the cheap count)."""
+        return {w: self._items(w, self._hi[w], self._lo[w]) for w in self.workers}
+
+    def take(self, worker: str, urgent_only: bool) -> list[Queued]:
+        """Hand the worker's queued items to its agent, oldest first (only the high ones if urgent_only)."""
+        hi, self._hi[worker] = self._hi[worker], []
+        lo: list[tuple[int, Any]] = []
         if not urgent_only:
-            self.queues[worker] = []
-            return q
-        taken = [d for d in q if d.priority == "high"]
-        self.queues[worker] = [d for d in q if d.priority != "high"]
-        return taken
+            lo, self._lo[worker] = self._lo[worker], []
+        out = self._items(worker, hi, lo)
+        kinds = self._kinds[worker]
+        for q in out:
+            kinds[q.kind] -= 1
+        return out
+
+    def _items(self, worker: str, hi: list[tuple[int, Any]], lo: list[tuple[int, Any]]) -> list[Queued]:
+        h = [(n, _as_queued(worker, ev, HIGH)) for n, ev in hi]
+        if not lo:
+            return [q for _, q in h]
+        low = [(n, _as_queued(worker, ev, LOW)) for n, ev in lo]
+        return [q for _, q in (merge(h, low, key=itemgetter(0)) if h else low)]
 
 
-def render(deliveries: list[Delivery], mid_turn: bool) -> str:
+def _as_queued(worker: str, ev: Event | Queued, priority: str) -> Queued:
+    if isinstance(ev, Queued):
+        return ev
+    kind = "summary" if (ev.kind == "board" and priority == LOW) else ev.kind
+    return Queued(f"{ev.source}:{ev.seq}", worker, priority, kind, ev.text, ev.enqueue_ts, ev.label)
+
+
+def render(deliveries: list[Any], mid_turn: bool) -> str:
     """The text an agent reads: urgent items verbatim, summaries folded into one line."""
     if not deliveries:
         return ""
@@ -196,9 +362,93 @@ def render(deliveries: list[Delivery], mid_turn: bool) -> str:
     head = "--- new for you while you work ---" if mid_turn else "--- since your last turn ---"
     lines = [head, *(d.text for d in items)]
     if summary:
-        kinds = defaultdict(int)
-        for d in summary:
-            kinds[d.text.split()[2]] += 1
+        kinds = Counter(getattr(d, "label", "") or "other" for d in summary)
         what = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         lines.append(f"[board] {len(summary)} other new entries ({what}); board_read shows them")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ host-made prompts
+
+
+class Due(NamedTuple):
+    """A prompt the host owes a worker: kind nudge | share_findings | wind_down."""
+
+    kind: str
+    priority: str = LOW
+    last: bool = False
+    """wind_down: the last notice ("merge only what is ready, then stop"), not an earlier one."""
+    minutes_left: float = 0.0
+
+
+@dataclass
+class TurnClock:
+    """When one worker's host-made prompts are due. Plain and clock-free: every time is in schedule
+    seconds since the run started (the host multiplies wall time by `time_scale`).
+
+    - idle nudge: `idle_nudge_s` after the end of its last turn with no new turn (once per idle spell);
+    - share-findings: at the end of a turn that wrote nothing to the board (not after a turn that the
+      host's own prompts started, so prompts never loop);
+    - wind-down: each notice `wind_down_s` before the deadline, once; a worker that starts after a
+      notice's time gets only the latest notice due.
+    """
+
+    idle_nudge_s: float
+    deadline_s: float
+    wind_down_s: tuple[float, ...] = (2700.0, 300.0)
+    share_findings: bool = True
+    last_turn_end: float = 0.0
+    in_turn: bool = False
+    _nudged: bool = False
+    _notices: list[float] = field(default_factory=list)
+    _sent: int = 0
+
+    HOST_KINDS = frozenset({"nudge", "share_findings", "wind_down", "handoff"})
+    """Triggers made by the host itself."""
+
+    def __post_init__(self) -> None:
+        self._notices = sorted((b for b in self.wind_down_s if 0 < b < self.deadline_s), reverse=True)
+
+    @classmethod
+    def from_config(cls, routing: Any, deadline_s: float, now_s: float = 0.0) -> "TurnClock":
+        """From a `RoutingConfig` (a worker launched at `now_s` counts as having just ended a turn)."""
+        return cls(
+            idle_nudge_s=routing.idle_nudge_s, deadline_s=deadline_s, wind_down_s=tuple(routing.wind_down_s),
+            share_findings=routing.share_findings, last_turn_end=now_s,
+        )
+
+    def turn_started(self, now_s: float) -> None:
+        self.in_turn = True
+
+    def turn_ended(self, now_s: float, board_writes: int, trigger: str, stop_reason: str) -> Due | None:
+        """Record a turn's end; returns the share-findings prompt if it is due now."""
+        self.in_turn = False
+        self.last_turn_end = now_s
+        self._nudged = False
+        if self.share_findings and board_writes == 0 and trigger not in self.HOST_KINDS and stop_reason == "end_turn":
+            return Due("share_findings")
+        return None
+
+    def due(self, now_s: float) -> list[Due]:
+        """The prompts due at `now_s` (each returned once)."""
+        out: list[Due] = []
+        k = self._sent
+        while k < len(self._notices) and now_s >= self.deadline_s - self._notices[k]:
+            k += 1
+        if k > self._sent:
+            self._sent = k
+            before = self._notices[k - 1]
+            out.append(Due("wind_down", HIGH, k == len(self._notices), before / 60))
+        if not self.in_turn and not self._nudged and now_s - self.last_turn_end >= self.idle_nudge_s:
+            self._nudged = True
+            out.append(Due("nudge"))
+        return out
+
+    def next_due_in(self, now_s: float) -> float:
+        """Schedule seconds until `due` may return something (0 if it would now; inf if never)."""
+        nxt = float("inf")
+        if self._sent < len(self._notices):
+            nxt = self.deadline_s - self._notices[self._sent]
+        if not self.in_turn and not self._nudged:
+            nxt = min(nxt, self.last_turn_end + self.idle_nudge_s)
+        return max(0.0, nxt - now_s)

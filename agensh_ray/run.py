@@ -13,15 +13,8 @@ all services embedded, compressed time.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import shutil
-import subprocess
 import sys
-import time
-from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -73,6 +66,10 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--routers", type=int, default=2, help="number of RouterActors")
     p.add_argument("--no-stop-when-done", action="store_true", help="run to the deadline even when all are idle")
     p.add_argument("--address", default=None, help="Ray address (auto joins a running cluster); default: local")
+    p.add_argument("--queue", action="store_true",
+                   help="with fewer free agent slots than workers, wait for slots instead of refusing")
+    p.add_argument("--worker-memory-mb", type=int, default=None,
+                   help="memory Ray reserves per worker (default 450 for real agents, 0 for sim)")
     p.add_argument("--think", type=float, default=20.0, help="sim: schedule seconds per step")
     p.add_argument("--bug-rate", type=float, default=0.25, help="sim: probability a first attempt fails its check")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -99,6 +96,8 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             launch_interval_s=a.launch_interval,
             stop_when_done=not a.no_stop_when_done,
             address=a.address,
+            queue=a.queue,
+            worker_memory_mb=a.worker_memory_mb,
             routing=RoutingConfig(policy=a.policy, routers=a.routers),
             sim=SimConfig(think_s=a.think, bug_rate=a.bug_rate),
         )
@@ -115,7 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from agensh_ray.driver import Run
 
-    summary = Run(cfg, task, verbose=VERBOSE).execute()
+    from agensh_ray.driver import CapacityError
+
+    try:
+        summary = Run(cfg, task, verbose=VERBOSE).execute()
+    except CapacityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     return 0 if summary is not None else 1
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import threading
 import types
@@ -20,17 +21,20 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agensh_ray.models import now_us
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there)."""
 
 
 class TraceRow(BaseModel):
     """Columns every table has."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings document the trace (docs/trace.md)
 
     run_id: str = ""
     """The run this row belongs to (filled in by the writer)."""
@@ -45,35 +49,55 @@ class TraceRow(BaseModel):
 
 
 class BoardRow(TraceRow):
+    """One row per board entry, written by the BoardActor once the entry is durable."""
+
     seq: int
     """Board sequence number."""
     type: str
     """OBSERVED | FACT | FAIL | CLAIM | PATCH_SUMMARY."""
     text: str
+    """The entry's text (CLAIM <= 100 chars, PATCH_SUMMARY <= 300)."""
     has_detail: bool = False
+    """Whether the entry carries a longer detail (read with board_unfold)."""
 
 
 class MessageRow(TraceRow):
+    """One row per chat message (DM or task-channel post), written by the chat actor."""
+
     seq: int
+    """Chat sequence number."""
     kind: str
     """dm | channel."""
     sender: str
+    """Worker who sent it."""
     recipient: str | None = None
     """The DM's recipient; null for channel posts."""
     text: str
+    """The message text."""
 
 
 class ForgeRow(TraceRow):
+    """One row per forge event, in forge order; `worker_id` is the actor (pusher, reviewer, merger, ...)."""
+
     seq: int
+    """Forge event sequence number."""
     kind: str
     """push | pr_opened | pr_reviewed | pr_commented | pr_merged | pr_closed | merge_conflict | push_rejected."""
     pr: int | None = None
+    """The pull request concerned; null for pushes to a branch with no PR."""
     pr_author: str | None = None
+    """Who opened that PR (so a peer merge is kind = 'pr_merged' AND worker_id <> pr_author)."""
     ref: str | None = None
+    """Branch (or full ref for pushes) concerned."""
     detail: str = ""
+    """Human-readable detail: PR title, review verdict and body, comment, "conflicting files: a, b", ..."""
+    verdict: str | None = None
+    """pr_reviewed only: approve | comment | request_changes (schema 2; older rows: parse `detail`)."""
 
 
 class TurnRow(TraceRow):
+    """Two rows per agent turn (phase start and phase end), written by the worker's host."""
+
     turn: int
     """Turn number within the worker's life (1-based)."""
     phase: str
@@ -83,28 +107,44 @@ class TurnRow(TraceRow):
     stop_reason: str | None = None
     """ACP stop reason on end (end_turn, max_tokens, cancelled, refusal, ...) or error."""
     duration_ms: float | None = None
+    """Turn length (end rows only)."""
 
 
 class ToolCallRow(TraceRow):
+    """One row per tool call: our infra tools (MCP) and the agent's own tools (as the agent reports them)."""
+
     tool: str
     """Tool name (infra tools over MCP) or the agent's own tool title."""
     source: str
     """mcp: one of our infra tools; agent: reported by the agent over ACP session/update."""
     tool_call_id: str = ""
+    """The agent's id for the call (agent source), or "" ."""
     duration_ms: float | None = None
+    """How long the call took, if known."""
     ok: bool = True
+    """False if the call failed."""
     error: str | None = None
+    """The error, if it failed."""
     turn: int | None = None
+    """The worker's turn during which it ran."""
 
 
 class UsageRow(TraceRow):
+    """Token usage as the agent reports it (the sim agent reports none, so sim runs leave this table empty)."""
+
     turn: int
+    """The worker's turn it belongs to."""
     input_tokens: int = 0
+    """Input (prompt) tokens."""
     output_tokens: int = 0
+    """Output (completion) tokens."""
     cost_usd: float = 0.0
+    """Cost the agent reported, 0 if it reports none (analysis prices tokens with analysis/prices.csv)."""
 
 
 class DeliveryRow(TraceRow):
+    """One row per event delivered to a worker (the worker_id): board entries, DMs, nudges, ..."""
+
     kind: str
     """board | dm | channel | forge | nudge | share_findings | wind_down | summary."""
     priority: str
@@ -114,23 +154,65 @@ class DeliveryRow(TraceRow):
     enqueue_ts: int
     """When the router queued it (UTC microseconds)."""
     latency_ms: float
+    """Delivery time minus enqueue time."""
 
 
 class ScoreRow(TraceRow):
+    """One row per scoring of main against the hidden tests, written by the driver."""
+
     checkpoint: str
     """periodic | final."""
     commit: str = ""
+    """The main commit that was scored."""
     passed: int
+    """Hidden tests passed."""
     total: int
+    """Hidden tests run."""
     pass_rate: float
+    """passed / total."""
 
 
 class LifecycleRow(TraceRow):
+    """One row per change in a worker's life (its agent process started, stopped, crashed, ...)."""
+
     event: str
     """started | stopped | crashed | restarted | gave_up."""
     detail: str = ""
+    """Why, or the harness used."""
     host: str = ""
+    """The host (WorkerActor) running it."""
     pid: int | None = None
+    """The agent process id."""
+
+
+class PrChangeRow(TraceRow):
+    """The lines a PR changes, snapshotted by the forge actor when the PR is opened, merged or closed.
+
+    One row per change block of the PR's diff (a run of removed and/or added lines, without
+    context, as `git diff -U0` would show it); a file changed with no text hunk (binary, mode or
+    rename only) gets one row with null line numbers. `worker_id` is the actor of the snapshot event.
+    """
+
+    pr: int
+    """The pull request."""
+    pr_author: str | None = None
+    """Who opened it."""
+    at: str
+    """The forge event that took the snapshot: pr_opened | pr_merged | pr_closed (event_id is that event's)."""
+    path: str
+    """File path (after the change; the old path for a deletion)."""
+    status: str
+    """What happened to the file: added | modified | deleted | renamed."""
+    old_start: int | None = None
+    """First old-side line the block removes; for a pure insertion, the old line it follows (0 = top)."""
+    old_lines: int | None = None
+    """Old-side lines removed (0 = pure insertion)."""
+    new_start: int | None = None
+    """First new-side line the block adds; for a pure deletion, the new line it follows."""
+    new_lines: int | None = None
+    """New-side lines added (0 = pure deletion)."""
+    function: str = ""
+    """The hunk's section heading from git (the enclosing function or class, by git's funcname rules), or ""."""
 
 
 TABLES: dict[str, type[TraceRow]] = {
@@ -143,6 +225,7 @@ TABLES: dict[str, type[TraceRow]] = {
     "deliveries": DeliveryRow,
     "scores": ScoreRow,
     "lifecycle": LifecycleRow,
+    "pr_changes": PrChangeRow,
 }
 
 _ARROW = {int: pa.int64(), str: pa.string(), float: pa.float64(), bool: pa.bool_()}
@@ -244,3 +327,86 @@ class TraceWriter:
 
 
 _TABLE_OF = {model: table for table, model in TABLES.items()}
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
+
+
+def diff_changes(diff: str, files: list[str] = ()) -> list[dict]:
+    """The change blocks of a unified git diff, as PrChangeRow fields (path, status, old/new
+    start and lines, function). Paths in `files` that the (possibly truncated) diff does not
+    show get one row with null line numbers."""
+    out: list[dict] = []
+    path = status = None
+    function = ""
+    old_no = new_no = 0
+    block: dict | None = None
+    seen: set[str] = set()
+    file_rows = 0
+
+    def end_block() -> None:
+        nonlocal block
+        if block is not None:
+            out.append(block)
+            block = None
+
+    def end_file() -> None:
+        end_block()
+        if path is not None and file_rows == len(out):  # no text hunk: one file-level row
+            out.append(dict(path=path, status=status, old_start=None, old_lines=None, new_start=None,
+                            new_lines=None, function=""))
+
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            end_file()
+            a, _, b = line[len("diff --git a/"):].partition(" b/")
+            path, status, function, file_rows = b or a, "modified", "", len(out)
+            seen.add(path)
+        elif path is None:
+            continue
+        elif line.startswith("new file mode"):
+            status = "added"
+        elif line.startswith("deleted file mode"):
+            status = "deleted"
+        elif line.startswith("rename to "):
+            status = "renamed"
+        elif line.startswith("--- ") or line.startswith("+++ "):
+            name = line[4:].rstrip("\t")
+            if name.startswith(("a/", "b/")) and (line.startswith("+++ ") or status == "deleted"):
+                seen.discard(path)
+                path = name[2:]
+                seen.add(path)
+        elif line.startswith("@@"):
+            end_block()
+            m = _HUNK.match(line)
+            if m:
+                old_no, new_no, function = int(m.group(1)), int(m.group(3)), m.group(5).strip()
+                # git numbers an empty side's range from the line it follows; make it the next line
+                if m.group(2) == "0":
+                    old_no += 1
+                if m.group(4) == "0":
+                    new_no += 1
+        elif line[:1] in ("-", "+"):
+            if block is None:
+                block = dict(path=path, status=status, old_start=old_no, old_lines=0, new_start=new_no,
+                             new_lines=0, function=function)
+            if line[0] == "-":
+                block["old_lines"] += 1
+                old_no += 1
+            else:
+                block["new_lines"] += 1
+                new_no += 1
+        elif line[:1] == " ":
+            end_block()
+            old_no += 1
+            new_no += 1
+    end_file()
+    for row in out:  # -U0 convention: an empty side starts at the line it follows
+        if row["old_lines"] == 0:
+            row["old_start"] -= 1
+        if row["new_lines"] == 0:
+            row["new_start"] -= 1
+    for f in files:
+        if f not in seen:
+            out.append(dict(path=f, status="modified", old_start=None, old_lines=None, new_start=None,
+                            new_lines=None, function=""))
+    return out

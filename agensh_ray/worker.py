@@ -145,6 +145,9 @@ class WorkerHost:
             base = self.run_dir / "workers" / w
             self.workers[w] = WorkerState(w, secrets.token_hex(8), base / "repo", base / "home")
         self.tools = ToolServer(self)
+        # Simulation packing: the sim agent serves all of this host's workers from one process.
+        self._mux = self.harness.name == "sim" and len(worker_ids) > 1
+        self._shared = None
         self._stopping = asyncio.Event()
         self._wind_down_sent: set[int] = set()
         self._clock_task: asyncio.Task | None = None
@@ -190,9 +193,12 @@ class WorkerHost:
             "HOME": str(w.home),
         }
 
-    def _agent_env(self, w: WorkerState) -> dict[str, str]:
+    def _agent_env(self, w: WorkerState, shared: bool = False) -> dict[str, str]:
         env = self._git_env(w)
         env.pop("HOME")
+        if shared:  # one process for many workers: the agent sets each session's git identity itself
+            for k in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+                env.pop(k)
         if self.harness.name == "sim":
             sim = self.cfg.sim
             env.update(
@@ -200,6 +206,7 @@ class WorkerHost:
                 AGENSH_SIM_THINK_S=str(self.cfg.wall(sim.think_s)),
                 AGENSH_SIM_BUG_RATE=str(sim.bug_rate),
                 AGENSH_SIM_OBSERVE_RATE=str(sim.observe_rate),
+                AGENSH_SIM_VERIFY_MAIN_RATE=str(sim.verify_main_rate),
                 AGENSH_SIM_TASK=str(self.task_root),
                 PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
             )
@@ -210,6 +217,19 @@ class WorkerHost:
         self.trace.write(LifecycleRow(worker_id=w.id, event=event, detail=detail[:2000], host=self.host_id, pid=pid))
 
     async def _start_session(self, w: WorkerState) -> None:
+        if self._mux:
+            from agensh_ray.mux import MuxAgentSession, SharedAgent
+
+            if self._shared is None:
+                shared_env = self.harness.environment(home=self.run_dir / "workers" / f"_{self.host_id}",
+                                                      extra=self._agent_env(w, shared=True))
+                self._shared = SharedAgent(self.harness, shared_env, self.run_dir, self.run_dir / "logs",
+                                           f"{self.host_id}.shared-agent")
+            w.session = MuxAgentSession(self._shared, w.id, w.workdir, self.tools.url(w.id, w.token),
+                                        _Observer(self, w), self._shared.env)
+            await w.session.start()
+            self._lifecycle(w, "started", f"harness={self.harness.name} (shared process)")
+            return
         w.session = AgentSession(
             self.harness,
             w.id,
@@ -428,6 +448,8 @@ class WorkerHost:
                 self._lifecycle(w, "stopped")
         if self._clock_task:
             self._clock_task.cancel()
+        if self._shared is not None:
+            await self._shared.close()
         await self.tools.close()
         self.trace.close()
 

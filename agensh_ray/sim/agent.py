@@ -53,6 +53,8 @@ class SimSettings:
     """Wall seconds per step (already scaled by the run's time_scale)."""
     bug_rate: float = 0.25
     observe_rate: float = 0.3
+    verify_main_rate: float = 1.0
+    """Probability that a worker with nothing left checks main end to end (costly at 1,024 workers)."""
 
     @classmethod
     def from_env(cls) -> "SimSettings":
@@ -62,6 +64,7 @@ class SimSettings:
             think_s=float(e.get("AGENSH_SIM_THINK_S", "0.2")),
             bug_rate=float(e.get("AGENSH_SIM_BUG_RATE", "0.25")),
             observe_rate=float(e.get("AGENSH_SIM_OBSERVE_RATE", "0.3")),
+            verify_main_rate=float(e.get("AGENSH_SIM_VERIFY_MAIN_RATE", "1.0")),
         )
 
 
@@ -81,6 +84,10 @@ class SimSession:
     lost: set[str] = field(default_factory=set)
     """Features this worker backed off from."""
     tool_seq: int = 0
+    env: dict[str, str] | None = None
+    """Environment of this session's commands (its git identity)."""
+    merged_seen: set[str] = field(default_factory=set)
+    """Features this session saw registered on main."""
     announced: bool = False
     """Whether this session already checked main end to end and told the channel."""
 
@@ -130,6 +137,12 @@ class SimAgent:
                 raise acp.RequestError.invalid_params({"prompt": "no 'worker id: wNNN' line in the first prompt"})
             s.worker = m.group(1)
             s.rng = random.Random(f"{self.settings.seed}:{s.worker}")
+            email = f"{s.worker}@agensh.invalid"
+            # Git identity per session: one sim process may serve many workers.
+            s.env = {**os.environ, "GIT_AUTHOR_NAME": os.environ.get("GIT_AUTHOR_NAME", s.worker),
+                     "GIT_COMMITTER_NAME": os.environ.get("GIT_COMMITTER_NAME", s.worker),
+                     "GIT_AUTHOR_EMAIL": os.environ.get("GIT_AUTHOR_EMAIL", email),
+                     "GIT_COMMITTER_EMAIL": os.environ.get("GIT_COMMITTER_EMAIL", email)}
         s.cancelled = False
         self._note_events(s, text)
         try:
@@ -208,7 +221,8 @@ class Turn:
         cid = self._call_id()
         await self._report(" ".join(argv)[:120], "execute", "in_progress", cid)
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=str(self.s.cwd), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+            *argv, cwd=str(self.s.cwd), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env=self.s.env,
         )
         out, _ = await proc.communicate()
         text = out.decode("utf-8", "replace")
@@ -237,7 +251,8 @@ class Turn:
                 await self.say("Nothing left to claim: every feature is merged or claimed by a peer.")
                 if not self.s.announced:
                     self.s.announced = True
-                    await self.check_main()
+                    if self.rng.random() < self.cfg.verify_main_rate:
+                        await self.check_main()
                 return
             try:
                 await self.build(feature)
@@ -251,12 +266,21 @@ class Turn:
     def _merged_on_main(self, registry_text: str) -> set[str]:
         return {f.name for f in self.task.features() if f.registry_line.strip() in registry_text}
 
-    async def gather_and_claim(self) -> str | None:
-        await self.think()
-        board = await self.tool("board_read", limit=2000)
+    async def fetch_main(self) -> set[str]:
+        """Fetch and return the features already registered on main."""
         await self.sh("git", "fetch", "-q", "origin")
         _, registry = await self.sh("git", "show", f"origin/main:{self.task.registry_path}")
-        done = self._merged_on_main(registry)
+        merged = self._merged_on_main(registry)
+        self.s.merged_seen |= merged
+        return merged
+
+    async def gather_and_claim(self) -> str | None:
+        """Gather from the board (what is merged, what is claimed), then claim one free feature.
+
+        Merged features are known from PATCH_SUMMARY entries; git is only touched to build."""
+        await self.think()
+        board = await self.tool("board_read", limit=2000)
+        done = {f for _, f in SUMMARY_RE.findall(board)} | self.s.merged_seen
         claims = self._active_claims(board)
         if self.s.wind_down:
             await self.say("Wind-down: no new features.")
@@ -313,6 +337,10 @@ class Turn:
     async def build(self, feature: str) -> None:
         f = next(x for x in self.task.features() if x.name == feature)
         branch = f"{self.s.worker}/{feature}"
+        if feature in await self.fetch_main():
+            await self.tool("board_write", type="FAIL", text=f"release {feature}: already on main")
+            self.s.lost.add(feature)
+            return
         await self.say(f"Building {feature} on {branch}.")
         await self.sh("git", "checkout", "-q", "-B", branch, "origin/main")
         await self.think()

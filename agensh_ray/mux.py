@@ -1,0 +1,202 @@
+"""Many workers' ACP sessions on one agent process (simulation only).
+
+1,024 separate Python agent processes do not fit on one small machine, and
+ACP lets one connection carry several sessions. With `--workers-per-actor K`
+and the `sim` harness, a WorkerActor starts ONE sim process and opens one
+session per worker on it. Each session still has its own workdir, its own MCP
+URL (so the tools know which worker calls) and its own WorkdirClient (fs,
+terminals, permissions, trace observer): `MuxClient` routes every agent ->
+client request by its `sessionId`. Real CLIs keep one process per worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import acp
+from acp import RequestError
+from acp.schema import ClientCapabilities, FileSystemCapabilities, HttpMcpServer, Implementation
+
+from agensh_ray.harness import Harness
+from agensh_ray.session import AgentDied, AgentProcess, SessionObserver, WorkdirClient
+
+_CLIENT_METHODS = (
+    "request_permission",
+    "session_update",
+    "read_text_file",
+    "write_text_file",
+    "create_terminal",
+    "terminal_output",
+    "wait_for_terminal_exit",
+    "kill_terminal",
+    "release_terminal",
+)
+
+
+class MuxClient:
+    """An ACP client that forwards each request to the WorkdirClient of its session."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, WorkdirClient] = {}
+
+    def _route(self, name: str):
+        async def call(**kwargs):
+            client = self.clients.get(kwargs.get("session_id", ""))
+            if client is None:
+                raise RequestError.invalid_params({"sessionId": kwargs.get("session_id"), "reason": "unknown"})
+            return await getattr(client, name)(**kwargs)
+
+        return call
+
+    def __getattr__(self, name: str):
+        if name in _CLIENT_METHODS:
+            return self._route(name)
+        raise AttributeError(name)
+
+    async def ext_method(self, method, params):
+        raise RequestError.method_not_found(method)
+
+    async def ext_notification(self, method, params):
+        return None
+
+    def on_connect(self, conn) -> None:
+        pass
+
+
+class SharedAgent:
+    """One agent process and connection shared by the sessions of a host."""
+
+    def __init__(self, harness: Harness, env: dict[str, str], cwd: Path, log_dir: Path, name: str):
+        self.harness = harness
+        self.env = env
+        self.cwd = cwd
+        self.log_dir = log_dir
+        self.name = name
+        self.client = MuxClient()
+        self.process: AgentProcess | None = None
+        self.conn: acp.ClientSideConnection | None = None
+        self.generation = 0
+        self._lock = asyncio.Lock()
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive
+
+    async def ensure(self, generation_seen: int | None = None, timeout_s: float = 60.0) -> int:
+        """Start the process if it is not running (or restart it once if the caller saw it die)."""
+        async with self._lock:
+            if self.alive and (generation_seen is None or generation_seen != self.generation):
+                return self.generation
+            if self.process is not None:
+                await self.process.stop()
+            self.process = AgentProcess(self.harness.argv(), self.env, self.cwd, self.log_dir / f"{self.name}.stderr")
+            proc = await self.process.start()
+            self.conn = acp.connect_to_agent(self.client, proc.stdin, proc.stdout)
+            await asyncio.wait_for(
+                self.conn.initialize(
+                    protocol_version=acp.PROTOCOL_VERSION,
+                    client_capabilities=ClientCapabilities(
+                        fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
+                    ),
+                    client_info=Implementation(name="agensh-ray", title="agensh-ray worker host", version="0.1.0"),
+                ),
+                timeout_s,
+            )
+            self.generation += 1
+            return self.generation
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.conn.close(), 2)
+            self.conn = None
+        if self.process is not None:
+            await self.process.stop()
+
+
+class MuxAgentSession:
+    """The AgentSession interface over a SharedAgent: one ACP session per worker."""
+
+    def __init__(
+        self,
+        shared: SharedAgent,
+        worker_id: str,
+        workdir: Path,
+        mcp_url: str,
+        observer: SessionObserver,
+        env: dict[str, str],
+        deny: list[str] | None = None,
+    ):
+        self.shared = shared
+        self.harness = shared.harness
+        self.worker_id = worker_id
+        self.workdir = workdir
+        self.mcp_url = mcp_url
+        self.observer = observer
+        self.env = env
+        self.client = WorkdirClient(workdir, observer, deny or list(shared.harness.default_deny), env)
+        self.session_id: str | None = None
+        self.generation = 0
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.shared.process.pid if self.shared.process else None
+
+    @property
+    def alive(self) -> bool:
+        return self.shared.alive and self.generation == self.shared.generation
+
+    async def start(self, timeout_s: float = 60.0) -> str:
+        try:
+            self.generation = await self.shared.ensure(timeout_s=timeout_s)
+            resp = await asyncio.wait_for(
+                self.shared.conn.new_session(
+                    cwd=str(self.workdir),
+                    mcp_servers=[HttpMcpServer(name="agensh", url=self.mcp_url, headers=[], type="http")],
+                ),
+                timeout_s,
+            )
+        except (asyncio.TimeoutError, ConnectionError, BrokenPipeError, RequestError) as exc:
+            raise AgentDied(f"shared {self.harness.name} agent failed to open a session: {exc!r}") from exc
+        self.session_id = resp.session_id
+        self.shared.client.clients[self.session_id] = self.client
+        return self.session_id
+
+    async def prompt(self, text: str) -> tuple[str, str]:
+        proc = self.shared.process.proc
+        turn = asyncio.create_task(self.shared.conn.prompt(session_id=self.session_id, prompt=[acp.text_block(text)]))
+        died = asyncio.create_task(proc.wait())
+        try:
+            done, _ = await asyncio.wait({turn, died}, return_when=asyncio.FIRST_COMPLETED)
+            if turn in done:
+                try:
+                    resp = turn.result()
+                except (ConnectionError, BrokenPipeError, asyncio.IncompleteReadError) as exc:
+                    raise AgentDied(f"connection to the shared {self.harness.name} agent broke: {exc}") from exc
+                return resp.stop_reason, self.client.take_text()
+            raise AgentDied(f"the shared {self.harness.name} agent exited with code {proc.returncode} mid-turn")
+        finally:
+            for t in (turn, died):
+                if not t.done():
+                    t.cancel()
+            self.client.flush_open_tool_calls()
+
+    async def cancel(self) -> None:
+        if self.session_id and self.alive:
+            with contextlib.suppress(Exception):
+                await self.shared.conn.cancel(session_id=self.session_id)
+
+    async def restart(self) -> bool:
+        """The shared process died: the first session to notice restarts it; each opens a new session."""
+        self.shared.client.clients.pop(self.session_id or "", None)
+        self.restarts += 1
+        self.generation = await self.shared.ensure(generation_seen=self.generation)
+        await self.start()
+        return False
+
+    async def close(self) -> None:
+        await self.client.close_terminals()
+        self.shared.client.clients.pop(self.session_id or "", None)
