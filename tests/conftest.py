@@ -15,6 +15,7 @@ def ray_session():
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # always a fresh instance of our own, never someone else's cluster
             num_cpus=2,
             include_dashboard=False,
             namespace="agensh-tests",
