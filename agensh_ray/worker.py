@@ -23,6 +23,7 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,15 @@ WIND_DOWN = {
     0: "WIND-DOWN: {minutes:.0f} minutes left. No new features; check that the root build passes; merge open PRs.",
     1: "WIND-DOWN: {minutes:.0f} minutes left. Merge only what is ready, then stop.",
 }
+
+
+SEED_MAX_AGE_S = 30.0
+
+
+def _git(args: list[str], env: dict[str, str]) -> None:
+    res = subprocess.run(["git", *args], capture_output=True, text=True, env=env, timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args[:2])} failed: {res.stderr.strip()[-500:]}")
 
 
 def worker_prompt(worker_id: str, workers: int) -> str:
@@ -148,6 +158,8 @@ class WorkerHost:
         # Simulation packing: the sim agent serves all of this host's workers from one process.
         self._mux = self.harness.name == "sim" and len(worker_ids) > 1
         self._shared = None
+        self._seed_lock = threading.Lock()
+        self._seed_at = 0.0
         self._stopping = asyncio.Event()
         self._wind_down_sent: set[int] = set()
         self._clock_task: asyncio.Task | None = None
@@ -170,15 +182,28 @@ class WorkerHost:
         w.task = asyncio.create_task(self._run_worker(w), name=f"worker-{w.id}")
 
     def _prepare_workdir(self, w: WorkerState) -> None:
+        """The worker's own clone, with its own credentials in `origin`.
+
+        One network fetch per host (into a seed mirror, refreshed when older than
+        SEED_MAX_AGE_S); each worker then clones the seed locally (hardlinks) and points
+        origin at the forge with its own token. 64 workers of a node thus cost one
+        transfer from the forge, not 64."""
         w.home.mkdir(parents=True, exist_ok=True)
-        if not (w.workdir / ".git").exists():
-            subprocess.run(
-                ["git", "clone", "-q", self.clone_urls[w.id], str(w.workdir)],
-                check=True,
-                capture_output=True,
-                env=self._git_env(w),
-                timeout=120,
-            )
+        if (w.workdir / ".git").exists():
+            return
+        env = self._git_env(w)
+        seed = self.run_dir / "workers" / f"_{self.host_id}" / "seed.git"
+        with self._seed_lock:
+            if not seed.exists():
+                seed.parent.mkdir(parents=True, exist_ok=True)
+                _git(["clone", "-q", "--mirror", self.clone_urls[w.id], str(seed)], env)
+                self._seed_at = time.monotonic()
+            elif time.monotonic() - self._seed_at > SEED_MAX_AGE_S:
+                _git(["-C", str(seed), "remote", "set-url", "origin", self.clone_urls[w.id]], env)
+                _git(["-C", str(seed), "fetch", "-q", "--prune", "origin"], env)
+                self._seed_at = time.monotonic()
+        _git(["clone", "-q", str(seed), str(w.workdir)], env)
+        _git(["-C", str(w.workdir), "remote", "set-url", "origin", self.clone_urls[w.id]], env)
 
     def _git_env(self, w: WorkerState) -> dict[str, str]:
         email = f"{w.id}@agensh.invalid"
@@ -489,8 +514,7 @@ class WorkerHost:
         return entry
 
     async def board_read(self, worker: str, limit: int) -> list[BoardEntry]:
-        entries = await self._call(self.services.board.arecent())
-        return entries[-max(1, min(limit, 2000)):]
+        return await self._call(self.services.board.arecent(max(1, min(limit, 2000))))
 
     async def board_unfold(self, worker: str, seq: int) -> BoardEntry:
         return await self._call(self.services.board.aunfold(seq))

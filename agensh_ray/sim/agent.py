@@ -304,8 +304,8 @@ class Turn:
         )
         my_seq = int(re.search(r"#(\d+)", entry).group(1))
         # Settle a collision: the earliest claim wins, later claimants back off and say so by DM.
-        board = await self.tool("board_read", limit=2000)
-        rivals = [(seq, w) for seq, w, f in self._claims(board) if f == feature and w != self.s.worker]
+        same = await self.tool("board_grep", pattern=f"claim {feature}:", regex=False, limit=100)
+        rivals = [(seq, w) for seq, w, f in self._claims(same) if f == feature and w != self.s.worker]
         earlier = [(seq, w) for seq, w in rivals if seq < my_seq]
         if earlier:
             seq, winner = min(earlier)
