@@ -1,4 +1,5 @@
-"""ForgeActor: the embedded forge (its git smart-HTTP server included) inside
+"""ForgeActor: a forge (services.registry: the embedded one with its git
+smart-HTTP server, or the Gitea adapter with its webhook intake) inside
 a Ray actor. Threaded, so the HTTP server and API calls run side by side; the
 forge serialises what must be serialised."""
 
@@ -10,16 +11,20 @@ from pathlib import Path
 import ray
 
 from agensh_ray.models import ForgeEvent, PullRequest
-from agensh_ray.trace import ForgeRow, TraceWriter
-from services.forge.embedded import EmbeddedForge
+from agensh_ray.trace import ForgeRow, IntakeRow, PrChangeRow, TraceWriter, diff_changes
+from services.registry import make_forge
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)
 class ForgeActor:
-    def __init__(self, root: str, run_dir: str, run_id: str):
-        self.forge = EmbeddedForge(Path(root))
-        self.forge.start()
+    def __init__(self, root: str, run_dir: str, run_id: str, kind: str = "embedded", options: dict | None = None):
+        self.forge = make_forge(kind, Path(root), options)
         self.trace = TraceWriter(run_dir, "forge", run_id)
+        intake = getattr(self.forge, "intake", None)
+        if intake is not None:  # refused webhooks: one trace row each, nothing else
+            intake.on_rejected = lambda reason, remote, delivery: self.trace.write(
+                IntakeRow(event_id=f"intake:{delivery or '-'}", source=remote, reason=reason, delivery=delivery)
+            )
         self._traced = 0
         self._lock = threading.Lock()
 
@@ -34,17 +39,33 @@ class ForgeActor:
             events = self.forge.events_since(self._traced)
             authors: dict[int, str] = {}
             for ev in events:
+                if ev.pr is not None and ev.pr not in authors and hasattr(self.forge, "pr_author"):
+                    authors[ev.pr] = self.forge.pr_author(ev.pr)  # known from the webhooks, no REST call
                 if ev.pr is not None and ev.pr not in authors:
                     try:
                         authors[ev.pr] = self.forge.pr_view(ev.pr, with_diff=False).author
                     except Exception:
                         authors[ev.pr] = None
+                author = authors.get(ev.pr) if ev.pr else None
+                verdict = ev.detail.split(":", 1)[0].strip() if ev.kind == "pr_reviewed" else None
                 self.trace.write(
                     ForgeRow(
                         ts=ev.ts, worker_id=ev.actor, event_id=ev.event_id, seq=ev.seq, kind=ev.kind, pr=ev.pr,
-                        pr_author=authors.get(ev.pr) if ev.pr else None, ref=ev.ref, detail=ev.detail[:2000],
+                        pr_author=author, ref=ev.ref, detail=ev.detail[:2000], verdict=verdict,
                     )
                 )
+                if ev.pr is not None and ev.kind in ("pr_opened", "pr_merged", "pr_closed"):
+                    # Snapshot the lines the PR changes (analysis: hotspots, duplicated work).
+                    try:
+                        pr = self.forge.pr_view(ev.pr, with_diff=True)
+                        changes = diff_changes(pr.diff or "", pr.files)
+                    except Exception:
+                        changes = []
+                    for ch in changes:
+                        self.trace.write(
+                            PrChangeRow(ts=ev.ts, worker_id=ev.actor, event_id=ev.event_id, pr=ev.pr,
+                                        pr_author=author, snapshot=ev.kind, **ch)
+                        )
                 self._traced = ev.seq
 
     def _after(self, result):

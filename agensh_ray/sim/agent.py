@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import acp
-from acp.schema import AgentCapabilities, Implementation, InitializeResponse, NewSessionResponse, PromptResponse
+from acp.schema import (
+    AgentCapabilities,
+    Implementation,
+    InitializeResponse,
+    McpCapabilities,
+    NewSessionResponse,
+    PromptResponse,
+)
 
 from agensh_ray.task import Task
 
@@ -107,7 +114,7 @@ class SimAgent:
     async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kwargs):
         return InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(load_session=False),
+            agent_capabilities=AgentCapabilities(load_session=False, mcp_capabilities=McpCapabilities(http=True)),
             agent_info=Implementation(name="agensh-sim", title="agensh-ray simulated agent", version="0.1.0"),
         )
 

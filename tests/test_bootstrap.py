@@ -1,0 +1,80 @@
+"""`python -m agensh_ray.bootstrap` against the fake Gitea and fake Mattermost: everything made once,
+nothing duplicated on a second run, secrets only in the 0600 file."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from services.fakes.contract import missing_specs
+
+SKIP = missing_specs("gitea", "mattermost")
+pytestmark = [
+    pytest.mark.contract,
+    pytest.mark.skipif(SKIP is not None, reason=SKIP or ""),
+]
+
+
+def counts(stack) -> dict:
+    g, m = stack.gitea, stack.mm
+    [repo] = g.repos.values()
+    return {
+        "gitea_users": len(g.users), "gitea_tokens": len(g.tokens), "orgs": len(g.orgs), "repos": len(g.repos),
+        "issues": len(repo["issues"]), "hooks": len(repo["hooks"]), "protections": len(repo["protections"]),
+        "collaborators": len(repo["collaborators"]),
+        "mm_users": len(m.users), "mm_tokens": len(m.tokens), "teams": len(m.teams), "channels": len(m.channels),
+        "task_members": len(next(iter(m.channel_members.values()))),
+    }
+
+
+def test_bootstrap_twice_creates_everything_once(tmp_path):
+    from services.fakes import FakeStack
+
+    with FakeStack(tmp_path, workers=2) as stack:
+        secrets = json.loads(stack.secrets.read_text())
+        mode = stat.S_IMODE(stack.secrets.stat().st_mode)
+        first = counts(stack)
+        out1 = stack.bootstrap_output
+        stack.bootstrap()
+        second = counts(stack)
+        again = json.loads(stack.secrets.read_text())
+        g = stack.gitea
+        [repo] = g.repos.values()
+        protection = repo["protections"]["main"]
+        [hook] = repo["hooks"].values()
+        violations = stack.violations
+
+    assert mode == 0o600
+    # w001, w002, agensh-driver (+ the fake's own admin); one token each.
+    assert first == second == {
+        "gitea_users": 4, "gitea_tokens": 4, "orgs": 1, "repos": 1, "issues": 1, "hooks": 1, "protections": 1,
+        "collaborators": 3, "mm_users": 4, "mm_tokens": 4, "teams": 1, "channels": 1, "task_members": 4,
+    }
+    assert again == secrets, "a second run keeps the working tokens and the webhook secret"
+    assert sorted(secrets["gitea"]["users"]) == ["admin", "w001", "w002"]
+    assert secrets["gitea"]["users"]["admin"]["login"] == "agensh-driver"
+    assert (protection["enable_push"], protection["required_approvals"], protection["enable_status_check"]) == (
+        False, 0, False)
+    assert hook["secret"] == secrets["gitea"]["webhook_secret"] and hook["url"].endswith("/hooks/gitea")
+    assert "pull_request" in hook["events"] and "push" in hook["events"]
+    out2 = stack.bootstrap_output[len(out1):]
+    assert "created" not in out2 and "pushed" not in out2 and "opened issue" not in out2
+    for u in [*secrets["gitea"]["users"].values(), *secrets["mattermost"]["users"].values()]:
+        assert u["token"] not in stack.bootstrap_output and u["password"] not in stack.bootstrap_output
+    assert not violations, "\n".join(map(str, violations))
+
+
+def test_a_lost_secrets_file_replaces_tokens_instead_of_adding(tmp_path):
+    from services.fakes import FakeStack
+
+    with FakeStack(tmp_path, workers=1, mattermost=False) as stack:
+        old = json.loads(stack.secrets.read_text())["gitea"]["users"]["w001"]["token"]
+        stack.secrets.unlink()
+        stack.bootstrap()
+        new = json.loads(stack.secrets.read_text())["gitea"]["users"]["w001"]["token"]
+        tokens = [t for t in stack.gitea.tokens.values() if t["login"] == "w001"]
+        violations = stack.violations
+    assert new != old and [t["sha1"] for t in tokens] == [new]
+    assert not violations, "\n".join(map(str, violations))
