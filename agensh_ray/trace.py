@@ -197,7 +197,7 @@ class PrChangeRow(TraceRow):
     """The pull request."""
     pr_author: str | None = None
     """Who opened it."""
-    at: str
+    snapshot: str
     """The forge event that took the snapshot: pr_opened | pr_merged | pr_closed (event_id is that event's)."""
     path: str
     """File path (after the change; the old path for a deletion)."""
@@ -215,6 +215,18 @@ class PrChangeRow(TraceRow):
     """The hunk's section heading from git (the enclosing function or class, by git's funcname rules), or ""."""
 
 
+class IntakeRow(TraceRow):
+    """A webhook the router intake refused (bad or missing signature, body too large); nothing else is done
+    with it. Written by the forge actor, which hosts the intake (services/intake.py)."""
+
+    source: str
+    """The sender's address."""
+    reason: str
+    """Why it was refused."""
+    delivery: str | None = None
+    """The X-Gitea-Delivery id the request claimed, if any."""
+
+
 TABLES: dict[str, type[TraceRow]] = {
     "board": BoardRow,
     "messages": MessageRow,
@@ -226,6 +238,7 @@ TABLES: dict[str, type[TraceRow]] = {
     "scores": ScoreRow,
     "lifecycle": LifecycleRow,
     "pr_changes": PrChangeRow,
+    "intake": IntakeRow,
 }
 
 _ARROW = {int: pa.int64(), str: pa.string(), float: pa.float64(), bool: pa.bool_()}
@@ -248,6 +261,18 @@ def arrow_schema(model: type[TraceRow]) -> pa.Schema:
 
 
 SCHEMAS = {table: arrow_schema(model) for table, model in TABLES.items()}
+
+
+def write_schema_files(run_dir: str | Path) -> None:
+    """An empty `trace/<table>/_schema.parquet` per table: the DuckDB CLI's views
+    (analysis/views.sql) need at least one file per table, and a run may never write
+    some tables (the sim reports no usage). Call once when the run starts."""
+    for table, schema in SCHEMAS.items():
+        folder = Path(run_dir) / "trace" / table
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "_schema.parquet").exists():
+            pq.write_table(schema.empty_table(), folder / ".schema.tmp")
+            (folder / ".schema.tmp").rename(folder / "_schema.parquet")
 
 
 class TraceWriter:
@@ -328,13 +353,25 @@ class TraceWriter:
 
 _TABLE_OF = {model: table for table, model in TABLES.items()}
 
+
+def _funcname(line: str) -> str:
+    """git's default funcname rule (xdiff def_ff) on a diff line: the text if it starts with a
+    letter, _ or $, cut at 80 bytes like git's heading buffer."""
+    text = line[1:]
+    if text[:1].isalpha() or text[:1] in ("_", "$"):
+        return text.encode()[:80].decode(errors="ignore").rstrip()
+    return ""
+
+
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 
 
 def diff_changes(diff: str, files: list[str] = ()) -> list[dict]:
     """The change blocks of a unified git diff, as PrChangeRow fields (path, status, old/new
-    start and lines, function). Paths in `files` that the (possibly truncated) diff does not
-    show get one row with null line numbers."""
+    start and lines, function): what `git diff -U0` would print, read from a diff with context.
+    A block's function is the nearest old-side line above it that git's default funcname rule
+    accepts (starts with a letter, _ or $), else the hunk's heading. Paths in `files` that the
+    (possibly truncated) diff does not show get one row with null line numbers."""
     out: list[dict] = []
     path = status = None
     function = ""
@@ -379,7 +416,7 @@ def diff_changes(diff: str, files: list[str] = ()) -> list[dict]:
             end_block()
             m = _HUNK.match(line)
             if m:
-                old_no, new_no, function = int(m.group(1)), int(m.group(3)), m.group(5).strip()
+                old_no, new_no, function = int(m.group(1)), int(m.group(3)), m.group(5).rstrip()
                 # git numbers an empty side's range from the line it follows; make it the next line
                 if m.group(2) == "0":
                     old_no += 1
@@ -392,6 +429,7 @@ def diff_changes(diff: str, files: list[str] = ()) -> list[dict]:
             if line[0] == "-":
                 block["old_lines"] += 1
                 old_no += 1
+                function = _funcname(line) or function
             else:
                 block["new_lines"] += 1
                 new_no += 1
@@ -399,6 +437,7 @@ def diff_changes(diff: str, files: list[str] = ()) -> list[dict]:
             end_block()
             old_no += 1
             new_no += 1
+            function = _funcname(line) or function
     end_file()
     for row in out:  # -U0 convention: an empty side starts at the line it follows
         if row["old_lines"] == 0:

@@ -1,0 +1,36 @@
+"""Print the answers of question files for one run, finished or still running.
+
+    python -m analysis.query runs/<run_id>               # every question
+    python -m analysis.query runs/<run_id> merges idle   # some
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from analysis.views import connect, query_names, query_sql, statements
+
+
+def main(argv: list[str] | None = None) -> None:
+    names = query_names()
+    ap = argparse.ArgumentParser(prog="python -m analysis.query", description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (runs/<run_id>)")
+    ap.add_argument("queries", nargs="*", metavar="QUERY", help=f"question files to run (default all): {', '.join(names)}")
+    ap.add_argument("--prices", type=Path, default=None, help="price table CSV (default analysis/prices.csv)")
+    ap.add_argument("--rows", type=int, default=40, help="rows to print per answer (default 40)")
+    args = ap.parse_args(argv)
+    unknown = [q for q in args.queries if q not in names]
+    if unknown:
+        ap.error(f"unknown query {', '.join(unknown)}; known: {', '.join(names)}")
+    con = connect(args.run_dir, prices=args.prices)
+    for name in args.queries or names:
+        stmts = statements(query_sql(name))
+        for s in stmts[:-1]:
+            con.execute(s)
+        print(f"-- {name}")
+        con.sql(stmts[-1]).show(max_rows=args.rows, max_width=200)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+-- Scores: the pass rate of main over time. One row per scoring (periodic checkpoints and the
+-- final one): t_s (schedule seconds since the run started), passed/total hidden tests, pass_rate.
+SELECT sched_s(ts) AS t_s, checkpoint, passed, total, pass_rate, commit
+FROM scores
+ORDER BY ts;

@@ -1,0 +1,95 @@
+"""docs/trace.md, generated from the trace row models (agensh_ray/trace.py), so the
+documentation of every table and column cannot drift from what the writers write.
+
+    python -m analysis.trace_doc --write    # rewrite docs/trace.md
+    python -m analysis.trace_doc            # exit 1 if it is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from pathlib import Path
+
+from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, TraceRow
+from analysis.views import duck_type
+
+DOC = Path(__file__).parents[1] / "docs" / "trace.md"
+
+_INTRO = """\
+# The run trace
+
+<!-- Generated from agensh_ray/trace.py by `python -m analysis.trace_doc --write`;
+     tests/test_analysis.py fails when this file and the row models disagree. -->
+
+Every event of a run lands in Parquet, one folder per table:
+`runs/<run_id>/trace/<table>/<writer>-<pid>-<nonce>-<n>.parquet`. Each writer (an actor)
+buffers its rows and writes a new file every 2 seconds, so a run can be queried while it
+runs; `python -m analysis.compact RUN_DIR` merges each writer's files afterwards.
+`analysis/views.sql` defines one DuckDB view per table (every column below, typed; columns
+that older files lack read as null), and `analysis/*.sql` answer questions over them.
+
+Current schema version: **{version}** (column `schema_version` of every row).
+{history}
+
+Types are DuckDB's. `ts` and `enqueue_ts` are `TIMESTAMPTZ` (UTC, microseconds).
+
+## Columns every table has
+
+{common}
+"""
+
+
+def _doc(obj) -> str:
+    return " ".join(inspect.cleandoc(obj.__doc__ or "").split())
+
+
+def _rows(table: str | None, names: list[str]) -> str:
+    model = TABLES[table] if table else TraceRow
+    schema = SCHEMAS[table or "board"]
+    lines = ["| column | type | null | meaning |", "|---|---|---|---|"]
+    for name in names:
+        field = schema.field(name)
+        desc = (model.model_fields[name].description or "").replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{name}` | {duck_type(field.type)} | {'yes' if field.nullable else 'no'} | {desc} |")
+    return "\n".join(lines)
+
+
+def render() -> str:
+    common = list(TraceRow.model_fields)
+    out = [_INTRO.format(version=SCHEMA_VERSION, history=_schema_history(), common=_rows(None, common))]
+    for table, model in TABLES.items():
+        own = [n for n in model.model_fields if n not in common]
+        out.append(f"## `{table}`\n\n{_doc(model)}\n\n{_rows(table, own)}\n")
+    return "\n".join(out)
+
+
+def _schema_history() -> str:
+    """The versions docstring under SCHEMA_VERSION in trace.py, if any."""
+    src = Path(sys.modules[TraceRow.__module__].__file__).read_text()
+    head, sep, rest = src.partition("SCHEMA_VERSION = ")
+    if not sep:
+        return ""
+    lines = rest.splitlines()[1:]
+    if lines and lines[0].strip().startswith('"""'):
+        return "Versions: " + lines[0].strip().strip('"')
+    return ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m analysis.trace_doc", description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help=f"rewrite {DOC}")
+    args = ap.parse_args(argv)
+    if args.write:
+        DOC.parent.mkdir(parents=True, exist_ok=True)
+        DOC.write_text(render())
+        print(f"wrote {DOC}")
+    elif not DOC.is_file() or DOC.read_text() != render():
+        raise SystemExit(f"{DOC} is stale: run python -m analysis.trace_doc --write")
+    else:
+        print(f"{DOC} matches agensh_ray/trace.py")
+
+
+if __name__ == "__main__":
+    main()
