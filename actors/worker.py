@@ -34,6 +34,10 @@ class WorkerActor:
         await self.host.start()
         return os.getpid()
 
+    def set_start(self, start_wall: float) -> None:
+        """When the run's schedule starts (after every host is up)."""
+        self.host.start_wall = start_wall
+
     async def launch(self, worker_id: str) -> None:
         await self.host.launch(worker_id)
 

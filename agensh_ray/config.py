@@ -45,6 +45,21 @@ class SimConfig(BaseModel):
     """Probability that a worker with nothing left to claim checks main end to end and posts on the channel."""
 
 
+class ServicesConfig(BaseModel):
+    """Where the production services are (--forge gitea / --chat mattermost); unused when embedded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    secrets: Path | None = None
+    """The secrets file `python -m agensh_ray.bootstrap` wrote (tokens; read by the forge and chat actors)."""
+    gitea_url: str | None = None
+    """Gitea base URL as this run reaches it (default: the one in the secrets file)."""
+    mattermost_url: str | None = None
+    """Mattermost base URL as this run reaches it (default: the one in the secrets file)."""
+    intake_listen: str | None = None
+    """host:port the webhook intake listens on (default: 0.0.0.0 and the port of the bootstrap's --intake-url)."""
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -88,6 +103,7 @@ class RunConfig(BaseModel):
     """Memory Ray reserves per worker (default: 450 MiB for a real agent CLI, 0 for sim)."""
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
+    services: ServicesConfig = Field(default_factory=ServicesConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":

@@ -19,7 +19,7 @@ import ray
 
 from agensh_ray.config import RunConfig
 from agensh_ray.task import Task
-from agensh_ray.trace import ScoreRow, TraceWriter
+from agensh_ray.trace import ScoreRow, TraceWriter, write_schema_files
 
 log = logging.getLogger("agensh.run")
 
@@ -105,25 +105,22 @@ class Run:
             runtime_env = {"working_dir": str(PROJECT_ROOT), "excludes": SHIP_EXCLUDES}
             ray.init(address=self.cfg.address, namespace="agensh", runtime_env=runtime_env, **kwargs)
         else:
-            ray.init(num_cpus=max(2, os.cpu_count() or 2), namespace="agensh", **kwargs)
+            ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), namespace="agensh", **kwargs)
         self._owns_ray = True
 
     def _bootstrap(self) -> None:
         from actors.board import get_or_create_board
-        from actors.chat import ChatActor
-        from actors.forge import ForgeActor
+        from services.registry import make_services
 
         rd = str(self.run_dir)
         starter = self.run_dir / "starter"
         self.task.materialize_starter(starter)
+        write_schema_files(self.run_dir)  # every table queryable from the DuckDB CLI, even if never written
         self.board = get_or_create_board(
             f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"), time_scale=self.cfg.time_scale,
             run_dir=rd, run_id=self.run_id,
         )
-        self.chat = ChatActor.options(name=f"chat-{self.run_id}").remote(str(self.run_dir / "chat"), rd, self.run_id)
-        self.forge = ForgeActor.options(name=f"forge-{self.run_id}").remote(
-            str(self.run_dir / "forge"), rd, self.run_id
-        )
+        self.chat, self.forge = make_services(self.cfg, self.run_dir, self.run_id)  # by --forge/--chat name
         ray.get(self.forge.init_repo.remote(str(starter), self.task.title, self.task.text()))
         ray.get([self.chat.add_user.remote(w) for w in self.workers])
         ray.get([self.forge.add_user.remote(w) for w in [*self.workers, "admin"]])
@@ -149,6 +146,10 @@ class Run:
             )
             self.hosts[hid] = (handle, ws)
         ray.get([h.start.remote() for h, _ in self.hosts.values()])
+        # The schedule (launch offsets, wind-down, deadline) starts now that the hosts are up:
+        # bootstrap time on a loaded machine must not eat into the run.
+        self.start_wall = time.time()
+        ray.get([h.set_start.remote(self.start_wall) for h, _ in self.hosts.values()])
         n = max(1, min(self.cfg.routing.routers, len(self.hosts)))
         slices: list[dict] = [{} for _ in range(n)]
         for i, (hid, (_, ws)) in enumerate(self.hosts.items()):
@@ -189,7 +190,7 @@ class Run:
         self._forge_events = self._forge_cursor
         return (
             f"workers {st.get('launched', 0)}/{len(self.workers)} up, {st.get('in_turn', 0)} in a turn, "
-            f"{st.get('crashed', 0)} crashed | board {self._board_total} ({board or 'empty'}) | "
+            f"{st.get('idle', 0)} idle, {st.get('crashed', 0)} crashed | board {self._board_total} ({board or 'empty'}) | "
             f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}"
         )
 
@@ -218,16 +219,17 @@ class Run:
     def _loop(self) -> None:
         cfg = self.cfg
         offsets = [cfg.wall(s) for s in launch_offsets(cfg, len(self.workers))]
-        deadline = self.t0 + cfg.deadline_wall_s
+        t_start = self.start_wall
+        deadline = t_start + cfg.deadline_wall_s
         next_launch = 0
         next_progress = 0.0
-        next_score = self.t0 + cfg.wall(cfg.score_every_s)
+        next_score = t_start + cfg.wall(cfg.score_every_s)
         quiet_since = time.time()
         last_activity = None
         quiet_needed = max(4.0, 1.5 * cfg.wall(cfg.routing.idle_nudge_s))
         while True:
             now = time.time()
-            while next_launch < len(self.workers) and now - self.t0 >= offsets[next_launch]:
+            while next_launch < len(self.workers) and now - t_start >= offsets[next_launch]:
                 w = self.workers[next_launch]
                 self.hosts[self.host_of[w]][0].launch.remote(w)
                 next_launch += 1

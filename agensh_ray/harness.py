@@ -2,38 +2,100 @@
 
 A `Harness` knows how its CLI starts in ACP mode, which environment
 variables it may see (credentials are passed only to the agent that needs
-them), and its quirks. The worker environment is sealed: its own HOME and
-config directory (concurrent CLIs sharing a config file corrupt it) and only
-whitelisted variables.
+them), how it authenticates, and its quirks. The worker environment is
+sealed: its own HOME and config directory (concurrent CLIs sharing a config
+file corrupt it) and only whitelisted variables.
+
+Credentials and endpoints come from the user's environment or from a secrets
+file (``AGENSH_SECRETS_FILE``: ``KEY=VALUE`` lines, ``#`` comments, an
+optional ``export``), so they need not sit in the shell that starts the run.
+Their values never reach a log or a trace: `redact` removes them.
+
+CLIs are looked up on PATH, then in ``<repo>/.ci/node/bin`` where `.ci/run`
+installs them from npm.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import shlex
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BASE_ENV = ("PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS")
+BASE_ENV = (
+    "PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+)
+SECRETS_FILE_VAR = "AGENSH_SECRETS_FILE"
+NODE_BIN = Path(__file__).resolve().parent.parent / ".ci" / "node" / "bin"
+"""Where `.ci/run` installs the agent CLIs (npm install -g --prefix .ci/node)."""
+SECRET_NAME = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIALS?|HEADERS)(?:_|$)", re.I)
+"""Variable names whose values are credentials (API_KEY, AUTH_TOKEN, ..., not GIT_AUTHOR_NAME)."""
+MIN_SECRET_LEN = 6
 
 
 class HarnessError(ValueError):
     pass
 
 
+def cache_root() -> Path:
+    """Caches shared by the workers of this machine: $AGENSH_CACHE_DIR, else <user cache>/agensh-ray."""
+    if d := os.environ.get("AGENSH_CACHE_DIR"):
+        return Path(d)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agensh-ray"
+
+
+def read_secrets(path: str | Path | None = None) -> dict[str, str]:
+    """The secrets file (`path`, else $AGENSH_SECRETS_FILE), as a dict; {} if there is none."""
+    path = path or os.environ.get(SECRETS_FILE_VAR)
+    if not path:
+        return {}
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise HarnessError(f"secrets file {p} ({SECRETS_FILE_VAR}) does not exist")
+    out: dict[str, str] = {}
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[7:].lstrip()
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise HarnessError(f"{p}:{n}: expected KEY=VALUE")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
 @dataclass(frozen=True)
 class Harness:
     name: str
     command: tuple[str, ...]
-    """argv that starts the CLI in ACP mode (argv[0] looked up on PATH)."""
+    """argv that starts the CLI in ACP mode (argv[0] looked up on PATH, then in .ci/node/bin)."""
     env_keys: tuple[str, ...] = ()
     """Variables passed through from the user's environment or secrets (credentials, endpoints)."""
     env_defaults: dict[str, str] = field(default_factory=dict)
-    """Variables always set for this CLI (e.g. offline switches)."""
+    """Variables always set for this CLI (e.g. offline switches); the user's value wins."""
     config_dir_var: str | None = None
     """Variable naming the CLI's config directory, pointed inside the worker's sealed HOME."""
+    auth: tuple[tuple[str, str], ...] = ()
+    """(ACP auth method id, variable): call `authenticate` with the first method whose variable is set."""
+    credentials_hint: str = ""
+    """What to set when the agent says it needs credentials."""
+    shared_cache: bool = False
+    """Point XDG_CACHE_HOME at a cache shared by every worker (Copilot unpacks 235 MB there, 20 s, per HOME)."""
+    warm_up: tuple[str, ...] = ()
+    """Arguments of one run, before the first start on this machine, that fills the shared cache."""
+    cumulative_usage: bool = False
+    """The agent's PromptResponse.usage counts the whole session, not the turn (Copilot CLI 1.0)."""
     install_hint: str = ""
     default_deny: tuple[str, ...] = ("rm -rf /", "git push --force origin main", "git push origin main")
     notes: str = ""
@@ -41,34 +103,77 @@ class Harness:
     def argv(self) -> list[str]:
         exe = self.command[0]
         found = exe if os.path.isabs(exe) else shutil.which(exe)
+        if not found and not os.path.isabs(exe) and (NODE_BIN / exe).is_file():
+            found = str(NODE_BIN / exe)
         if not found:
             raise HarnessError(f"harness '{self.name}': '{exe}' not found on PATH. {self.install_hint}".strip())
         return [found, *self.command[1:]]
 
     def environment(self, home: Path, extra: dict[str, str], secrets: dict[str, str] | None = None) -> dict[str, str]:
-        """The sealed environment: base whitelist + this CLI's keys + its own HOME/config dir."""
+        """The sealed environment: base whitelist + this CLI's keys + its own HOME/config dir.
+
+        The interpreter's directory leads PATH, so the agent's `python3` is the one that built the
+        task's reference program; `.ci/node/bin` ends it, so a CLI can start its own helpers.
+        """
         env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
-        src = {**os.environ, **(secrets or {})}
-        for k in self.env_keys:
+        src = {**os.environ, **(read_secrets() if secrets is None else secrets)}
+        env.update(self.env_defaults)
+        # A `cmd:` agent is unknown to us: it gets what the secrets file holds, nothing else of the user's.
+        keys = self.env_keys if self.name != "cmd" else tuple(read_secrets() if secrets is None else secrets)
+        for k in keys:
             if k in src:
                 env[k] = src[k]
-        env.update(self.env_defaults)
+        path = [str(Path(sys.executable).parent), *env.get("PATH", os.defpath).split(os.pathsep)]
+        if NODE_BIN.is_dir():
+            path.append(str(NODE_BIN))
+        env["PATH"] = os.pathsep.join(dict.fromkeys(p for p in path if p))
         home.mkdir(parents=True, exist_ok=True)
         env["HOME"] = str(home)
         env["XDG_CONFIG_HOME"] = str(home / ".config")
+        if self.shared_cache:
+            env["XDG_CACHE_HOME"] = str(cache_root() / self.name)
         if self.config_dir_var:
-            env[self.config_dir_var] = str(home / f".{self.name}")
-            (home / f".{self.name}").mkdir(parents=True, exist_ok=True)
+            config = home / f".{self.name}"
+            config.mkdir(parents=True, exist_ok=True)
+            env[self.config_dir_var] = str(config)
         env.update(extra)
         return env
 
+    def prepare(self, env: dict[str, str]) -> None:
+        """Fill the shared cache once per machine and CLI version (blocking; others wait on a file lock)."""
+        if not (self.warm_up and self.shared_cache):
+            return
+        exe = self.argv()[0]
+        key = f"{exe} {os.stat(exe).st_mtime_ns}"
+        cache = Path(env["XDG_CACHE_HOME"])
+        cache.mkdir(parents=True, exist_ok=True)
+        marker = cache / ".agensh-ready"
+        if marker.is_file() and marker.read_text() == key:
+            return
+        with open(cache / ".agensh-warm.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if marker.is_file() and marker.read_text() == key:
+                return
+            subprocess.run([exe, *self.warm_up], env=env, capture_output=True, timeout=600, check=False)
+            marker.write_text(key)
+
+    def secret_values(self, env: dict[str, str]) -> list[str]:
+        """Values in `env` that are credentials (by variable name), longest first."""
+        values = {v for k, v in env.items() if SECRET_NAME.search(k) and v and len(v) >= MIN_SECRET_LEN}
+        return sorted(values, key=len, reverse=True)
+
     def redact(self, text: str, env: dict[str, str]) -> str:
         """Remove credential values from text meant for logs or traces."""
-        for k in self.env_keys:
-            v = env.get(k)
-            if v and len(v) >= 6 and ("KEY" in k or "TOKEN" in k or "SECRET" in k):
-                text = text.replace(v, "***")
+        for v in self.secret_values(env):
+            text = text.replace(v, "***")
         return text
+
+    def auth_method(self, env: dict[str, str], offered: list[str]) -> str | None:
+        """The ACP auth method to call, if the agent offers one we have credentials for."""
+        for method, var in self.auth:
+            if method in offered and env.get(var):
+                return method
+        return None
 
 
 HARNESSES: dict[str, Harness] = {
@@ -82,23 +187,38 @@ HARNESSES: dict[str, Harness] = {
         name="copilot",
         command=("copilot", "--acp", "--no-auto-update"),
         env_keys=(
-            "COPILOT_GITHUB_TOKEN",
-            "GH_TOKEN",
-            "GITHUB_TOKEN",
-            "COPILOT_PROVIDER_BASE_URL",
-            "COPILOT_PROVIDER_API_KEY",
-            "COPILOT_MODEL",
+            "COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "GH_HOST", "COPILOT_GH_HOST",
+            "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_TYPE", "COPILOT_PROVIDER_API_KEY",
+            "COPILOT_PROVIDER_BEARER_TOKEN", "COPILOT_PROVIDER_HEADERS", "COPILOT_PROVIDER_WIRE_API",
+            "COPILOT_PROVIDER_MODEL_ID", "COPILOT_PROVIDER_WIRE_MODEL", "COPILOT_PROVIDER_MAX_PROMPT_TOKENS",
+            "COPILOT_PROVIDER_MAX_OUTPUT_TOKENS", "COPILOT_PROVIDER_AZURE_API_VERSION", "COPILOT_MODEL",
             "COPILOT_OFFLINE",
         ),
+        env_defaults={"COPILOT_AUTO_UPDATE": "false", "NO_COLOR": "1"},
         config_dir_var="COPILOT_HOME",
+        shared_cache=True,
+        warm_up=("--version",),
+        cumulative_usage=True,
+        credentials_hint=(
+            "set COPILOT_GITHUB_TOKEN (GitHub Copilot), or COPILOT_PROVIDER_BASE_URL + COPILOT_PROVIDER_API_KEY + "
+            "COPILOT_MODEL for an OpenAI-compatible endpoint (COPILOT_OFFLINE=true to skip GitHub entirely)"
+        ),
         install_hint="Install it with: npm install -g @github/copilot",
-        notes="accepts only HTTP/SSE MCP servers; chooses permission options by kind",
+        notes="accepts only HTTP/SSE MCP servers; chooses permission options by kind; offline with COPILOT_OFFLINE",
     ),
     "claude": Harness(
         name="claude",
         command=("claude-code-acp",),
-        env_keys=("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_MODEL"),
+        env_keys=(
+            "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_MODEL",
+            "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
+            "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_CUSTOM_HEADERS", "CLAUDE_CODE_USE_BEDROCK",
+            "CLAUDE_CODE_USE_VERTEX", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN", "ANTHROPIC_VERTEX_PROJECT_ID", "CLOUD_ML_REGION",
+        ),
+        env_defaults={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"},
         config_dir_var="CLAUDE_CONFIG_DIR",
+        credentials_hint="set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for another endpoint)",
         install_hint="Install it with: npm install -g @zed-industries/claude-code-acp",
         notes="sends tool_call twice (upsert); edits files and runs shells through fs/* and terminal/*",
     ),
@@ -107,15 +227,22 @@ HARNESSES: dict[str, Harness] = {
         command=("codex-acp",),
         env_keys=("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_API_KEY"),
         config_dir_var="CODEX_HOME",
+        auth=(("codex-api-key", "CODEX_API_KEY"), ("openai-api-key", "OPENAI_API_KEY")),
+        credentials_hint="set OPENAI_API_KEY or CODEX_API_KEY",
         install_hint="Install it with: npm install -g @zed-industries/codex-acp",
-        notes="takes HTTP MCP only",
+        notes="takes HTTP MCP only; authenticates with an env-var method",
     ),
     "gemini": Harness(
         name="gemini",
-        command=("gemini", "--experimental-acp", "--skip-trust"),
-        env_keys=("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"),
+        command=("gemini", "--acp", "--skip-trust"),
+        env_keys=(
+            "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_GENAI_USE_VERTEXAI",
+            "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION", "GEMINI_MODEL",
+        ),
+        auth=(("gemini-api-key", "GEMINI_API_KEY"), ("vertex-ai", "GOOGLE_API_KEY")),
+        credentials_hint="set GEMINI_API_KEY (or GOOGLE_API_KEY with GOOGLE_GENAI_USE_VERTEXAI=true)",
         install_hint="Install it with: npm install -g @google/gemini-cli",
-        notes="needs --skip-trust or it silently disables MCP servers",
+        notes="needs --skip-trust or it silently disables MCP servers; --acp (0.61; older: --experimental-acp)",
     ),
 }
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agensh_ray.config import RoutingConfig, RunConfig, SimConfig
+from agensh_ray.config import RoutingConfig, RunConfig, ServicesConfig, SimConfig
 from agensh_ray.harness import HarnessError, get_harness
 from agensh_ray.task import Task, TaskError
 
@@ -58,8 +58,18 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--run-dir", type=Path, default=Path("runs"), help="parent folder of run folders")
     p.add_argument("--run-id", default=None, help="run id (default: a UTC timestamp)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
-    p.add_argument("--forge", default="embedded", choices=["embedded"], help="forge implementation")
-    p.add_argument("--chat", default="embedded", choices=["embedded"], help="chat implementation")
+    # -- services (services/registry.py; production: services/README.md) --
+    from services.registry import CHATS, FORGES
+
+    p.add_argument("--forge", default="embedded", choices=list(FORGES), help="forge implementation")
+    p.add_argument("--chat", default="embedded", choices=list(CHATS), help="chat implementation")
+    p.add_argument("--secrets", type=Path, default=None,
+                   help="gitea/mattermost: the secrets file python -m agensh_ray.bootstrap wrote")
+    p.add_argument("--gitea-url", default=None, help="gitea: base URL; omitted: the one in --secrets")
+    p.add_argument("--mattermost-url", default=None, help="mattermost: base URL; omitted: the one in --secrets")
+    p.add_argument("--intake-listen", default=None,
+                   help="gitea: host:port of the webhook intake; omitted: 0.0.0.0 and the port of the "
+                   "bootstrap's --intake-url")
     p.add_argument("--workers-per-actor", type=int, default=1, help="workers hosted per WorkerActor (simulation)")
     p.add_argument("--launch-interval", type=float, default=30.0, help="schedule seconds between launches (first hour)")
     p.add_argument("--policy", choices=["all", "relevant"], default="all", help="board delivery policy")
@@ -74,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--bug-rate", type=float, default=0.25, help="sim: probability a first attempt fails its check")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     a = p.parse_args(argv)
+    if (a.forge != "embedded" or a.chat != "embedded") and a.secrets is None:
+        p.error(f"--forge {a.forge} --chat {a.chat} needs --secrets (from python -m agensh_ray.bootstrap)")
     global VERBOSE
     VERBOSE = a.verbose
     minutes = a.hours * 60 if a.hours else (a.minutes if a.minutes else 240.0)
@@ -100,6 +112,8 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             worker_memory_mb=a.worker_memory_mb,
             routing=RoutingConfig(policy=a.policy, routers=a.routers),
             sim=SimConfig(think_s=a.think, bug_rate=a.bug_rate),
+            services=ServicesConfig(secrets=a.secrets.resolve() if a.secrets else None, gitea_url=a.gitea_url,
+                                    mattermost_url=a.mattermost_url, intake_listen=a.intake_listen),
         )
     except (ValidationError, HarnessError) as exc:
         p.error(str(exc))

@@ -232,6 +232,8 @@ class ToolServer:
         self._inner = build_server(infra).streamable_http_app(streamable_http_path="/mcp")
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task | None = None
+        self.hits: dict[str, int] = {}
+        """HTTP requests per worker (MCP initialize, list, calls): shows whether an agent connected at all."""
 
     async def _app(self, scope, receive, send):
         if scope["type"] == "http":
@@ -240,6 +242,7 @@ class ToolServer:
             if len(parts) < 5 or parts[1] != "w" or not self.infra.check_token(parts[2], parts[3]):
                 await _not_found(send)
                 return
+            self.hits[parts[2]] = self.hits.get(parts[2], 0) + 1
             scope = dict(scope, path="/" + "/".join(parts[4:]), agensh_worker=parts[2])
         await self._inner(scope, receive, send)
 

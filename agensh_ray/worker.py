@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from agensh_ray.config import RunConfig
+from agensh_ray.handoff import handoff_summary
 from agensh_ray.harness import Harness, get_harness
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, Delivery, MergeConflict, PullRequest, now_us
 from agensh_ray.routing import HostInbox, render
-from agensh_ray.session import AgentDied, AgentSession, SessionObserver, ToolCallRecord
+from agensh_ray.session import AgentDied, AgentSession, TurnFailed, SessionObserver, ToolCallRecord
 from agensh_ray.tools import ToolFailure, ToolServer, fmt_entry, fmt_pr
 from agensh_ray.trace import DeliveryRow, LifecycleRow, ToolCallRow, TraceWriter, TurnRow, UsageRow
 
@@ -345,6 +346,10 @@ class WorkerHost:
         except AgentDied as exc:
             stop_reason = "agent_died"
             await self._recover(w, str(exc))
+        except TurnFailed as exc:  # the agent answered with an error (e.g. its model endpoint failed)
+            stop_reason = "error"
+            log.warning("turn %d of %s failed: %s", w.turn, w.id, exc)
+            self._lifecycle(w, "turn_error", str(exc))
         except Exception as exc:
             stop_reason = "error"
             log.exception("turn %d of %s failed", w.turn, w.id)
@@ -385,7 +390,8 @@ class WorkerHost:
             return
         w.handoff = not loaded
         self._lifecycle(w, "restarted", "session loaded" if loaded else "new session with hand-off summary")
-        self.inbox.push_local(self._local(w, "handoff", "Resume your work.", priority="low"))
+        text = "Resume your work." if loaded else await handoff_summary(w.id, self.services)
+        self.inbox.push_local(self._local(w, "handoff", text, priority="low"))
 
     def _stopping_worker(self, w: WorkerState) -> None:
         w.stopped = True

@@ -61,7 +61,7 @@ class FakeEndpoint:
         self._gates: dict[str, threading.Event] = {}
         self._held: dict[str, threading.Event] = {}
         self._record = open(record, "a", encoding="utf-8") if record else None
-        self._server = ThreadingHTTPServer((host, port), _handler(self))
+        self._server = _Server((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -256,6 +256,16 @@ def estimate_tokens(obj: Any) -> int:
     """A rough, deterministic token count (4 characters a token) for usage fields."""
     text = obj if isinstance(obj, str) else json.dumps(obj)
     return max(1, len(text) // 4)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return  # a CLI killed or closing its keep-alive connection: not our error
+        super().handle_error(request, client_address)
 
 
 def _handler(ep: FakeEndpoint) -> type[BaseHTTPRequestHandler]:

@@ -37,7 +37,9 @@ def feature_turn(task: Task, index: int, dm_gate: str | None = None) -> Turn:
     ])
     insert = f"python3 -c {shlex.quote(program)}"
     union = f"grep -qs 'merge=union' .git/info/attributes || echo '{registry} merge=union' >> .git/info/attributes"
-    sync_main = f"{union} && git pull -q --no-rebase --no-edit origin main && python3 checks/check.py && git push -q origin HEAD"
+    sync_main = (
+        f"{union} && git pull -q --no-rebase --no-edit origin main && python3 checks/check.py && git push -q origin HEAD"
+    )
     return Turn(
         steps=[
             Step(tool="board_read", args={}, say="Gathering context: the board first."),
@@ -55,7 +57,7 @@ def feature_turn(task: Task, index: int, dm_gate: str | None = None) -> Turn:
                                          "body": f"Adds {f.module} and its registry line; check.py {f.name} passes."}),
             _bash(sync_main, "bring main into the branch and re-run every check"),
             Step(tool="pr_merge", args={"number": "${pr}"}),
-            _bash(sync_main, "merge main again after the conflict", ).model_copy(update={"when": "ERROR"}),
+            _bash(sync_main, "merge main again after the conflict").model_copy(update={"when": "ERROR"}),
             Step(tool="pr_merge", args={"number": "${pr}"}, unless=r"merged: PR #\d+"),
             Step(
                 tool="board_write",
