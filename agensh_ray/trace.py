@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import threading
+import time
 import types
 import typing
 from pathlib import Path
@@ -278,21 +279,35 @@ def write_schema_files(run_dir: str | Path) -> None:
 class TraceWriter:
     """Buffers rows per table and writes Parquet files for one writer (an actor).
 
-    Thread-safe; a daemon thread flushes every ``flush_interval_s``. ``close()``
-    flushes what is left and is idempotent.
+    Files roll: every flush (each ``flush_interval_s``, so a run in progress is
+    queryable) rewrites the current window's file with all of the window's rows
+    (atomically, by rename), and a new window file starts every ``window_s``
+    seconds or ``max_rows`` rows. A 6-hour run thus leaves tens of files per
+    writer and table, not thousands: DuckDB reads few, large files fast.
+    Thread-safe; ``close()`` flushes what is left and is idempotent.
     """
 
     def __init__(
-        self, run_dir: str | Path, writer: str, run_id: str, flush_interval_s: float = 2.0, max_rows: int = 20_000
+        self,
+        run_dir: str | Path,
+        writer: str,
+        run_id: str,
+        flush_interval_s: float = 2.0,
+        max_rows: int = 50_000,
+        window_s: float = 300.0,
     ):
         self.root = Path(run_dir) / "trace"
         # Unique per process incarnation: a restarted actor never overwrites its predecessor's files.
         self.writer = f"{writer}-{os.getpid()}-{secrets.token_hex(2)}"
         self.run_id = run_id
         self.max_rows = max_rows
-        self._buffers: dict[str, list[dict]] = {t: [] for t in TABLES}
-        self._counts: dict[str, int] = {t: 0 for t in TABLES}
+        self.window_s = window_s
+        self._rows: dict[str, list[dict]] = {t: [] for t in TABLES}
+        self._dirty: set[str] = set()
+        self._window: dict[str, int] = {t: 0 for t in TABLES}
+        self._window_start: dict[str, float] = {t: time.monotonic() for t in TABLES}
         self._lock = threading.Lock()
+        self._io_lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = None
         if flush_interval_s > 0:
@@ -306,36 +321,40 @@ class TraceWriter:
         data = row.model_dump()
         data["run_id"] = self.run_id
         with self._lock:
-            buf = self._buffers[table]
-            buf.append(data)
-            full = len(buf) >= self.max_rows
+            rows = self._rows[table]
+            rows.append(data)
+            self._dirty.add(table)
+            full = len(rows) >= self.max_rows
         if full:
             self.flush(table)
 
     def flush(self, only: str | None = None) -> None:
-        with self._lock:
-            tables = [only] if only else list(TABLES)
-            batches = []
-            for table in tables:
-                rows = self._buffers[table]
-                if not rows:
-                    continue
-                self._buffers[table] = []
-                n = self._counts[table]
-                self._counts[table] += 1
-                batches.append((table, rows, n))
-        for table, rows, n in batches:
-            self._write_file(table, rows, n)
+        with self._io_lock:  # one writer of the files at a time, in window order
+            with self._lock:
+                tables = [only] if only else list(TABLES)
+                jobs = []
+                now = time.monotonic()
+                for table in tables:
+                    if table not in self._dirty:
+                        continue
+                    self._dirty.discard(table)
+                    rows = list(self._rows[table])
+                    jobs.append((table, rows, self._window[table]))
+                    if len(rows) >= self.max_rows or now - self._window_start[table] >= self.window_s:
+                        self._rows[table] = []
+                        self._window[table] += 1
+                        self._window_start[table] = now
+            for table, rows, n in jobs:
+                self._write_file(table, rows, n)
 
     def _write_file(self, table: str, rows: list[dict], n: int) -> None:
         folder = self.root / table
         folder.mkdir(parents=True, exist_ok=True)
-        schema = SCHEMAS[table]
-        arrow = pa.Table.from_pylist(rows, schema=schema)
+        arrow = pa.Table.from_pylist(rows, schema=SCHEMAS[table])
         final = folder / f"{self.writer}-{n:05d}.parquet"
         tmp = folder / f".{final.name}.tmp"
         pq.write_table(arrow, tmp)
-        tmp.rename(final)  # readers never see a half-written file
+        tmp.replace(final)  # readers see the old or the new file, never half of one
 
     def _flush_loop(self, interval: float) -> None:
         while not self._closed.wait(interval):

@@ -104,3 +104,19 @@ def test_run_rejects_bad_input_before_starting_anything():
     assert r.returncode == 2 and "unknown task" in r.stderr
     r = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--workers", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "between 1 and 1,024" in r.stderr
+
+
+def test_trace_files_roll_by_window_not_by_flush(tmp_path):
+    w = TraceWriter(tmp_path, "t", "run-1", flush_interval_s=0, window_s=3600, max_rows=5)
+    for i in range(3):
+        w.write(TurnRow(turn=i, phase="start", worker_id="w001"))
+        w.flush()  # each flush rewrites the same window file
+    files = sorted((tmp_path / "trace" / "turns").glob("*.parquet"))
+    assert len(files) == 1 and pq.read_table(files[0]).num_rows == 3
+    for i in range(3, 12):
+        w.write(TurnRow(turn=i, phase="start", worker_id="w001"))
+    w.close()
+    files = sorted((tmp_path / "trace" / "turns").glob("*.parquet"))
+    assert sum(pq.read_table(f).num_rows for f in files) == 12
+    assert len(files) == 3  # windows of at most max_rows rows
+    assert sorted(r["turn"] for f in files for r in pq.read_table(f).to_pylist()) == list(range(12))
