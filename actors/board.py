@@ -16,6 +16,12 @@ already written instead of writing it twice.
 Refusals (`BoardError`) are returned as values across the Ray boundary and
 re-raised by the facade, so callers get the plain message, not a wrapped
 traceback.
+
+Hot paths at 1,024 workers: a host's concurrent writes leave in shared calls
+(`_WriteCoalescer`, client-side group commit); a host keeps its own copy of the
+recent view and asks only for what changed (`recent_delta`), so a read costs
+the new entries, not 2,000; a long grep runs in slices of a few milliseconds
+on the event loop, so writes go on meanwhile, and stops after `grep_budget_s`.
 """
 
 from __future__ import annotations
@@ -24,15 +30,18 @@ import asyncio
 import os
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from agensh_ray.board import Board, BoardError, BoardLimits
+from agensh_ray.board import Board, BoardError, BoardLimits, RecentDelta, Row, apply_recent_delta, entry_fields
 from agensh_ray.models import BoardEntry, BoardEntryIn
 from agensh_ray.trace import BoardRow, TraceWriter
 
+GREP_SLICE_S = 0.004
+"""A long grep yields the event loop this often (seconds), so a write waits at most about this long."""
 DEFAULT_MAX_CONCURRENCY = 4096
 """Concurrent calls the actor accepts (long polls from up to 1,024 workers plus their writes)."""
 
@@ -54,21 +63,23 @@ class BoardActor:
         run_id: str = "",
     ) -> None:
         self._trace = TraceWriter(run_dir, "board", run_id) if run_dir else None
-        start = time.time() if start_time is None else float(start_time)
+        # Entry timestamps stay real UTC (the trace joins tables on them); time_scale compresses the
+        # schedule constant instead: a claim TTL of 1 schedule hour lasts 1/time_scale wall hours.
+        # (start_time is kept for callers; the clock no longer needs it.)
+        limits = limits or BoardLimits()
         scale = float(time_scale)
-        if scale == 1.0:
-            clock = time.time
-        else:
-
-            def clock() -> float:
-                return start + (time.time() - start) * scale
-
-        self._board = Board(Path(log_path), limits or BoardLimits(), clock)
+        if scale != 1.0:
+            limits = limits.model_copy(update={"claim_ttl_s": limits.claim_ttl_s / scale})
+        self._board = Board(Path(log_path), limits, time.time)
         self._queue: list[tuple[list[Any], asyncio.Future[list[BoardEntry | BoardError]]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self._commits = 0
         self._written = 0
+        self._write_ms: deque[float] = deque(maxlen=10_000)
+        """Inside-the-actor latency of the latest write calls (queue + fsync), for `info`."""
+        self._untraced: list[Row] = []
+        """Committed entries whose `board` trace rows are not written yet (written during the next fsync)."""
 
     # ------------------------------------------------------------ writes (group commit)
 
@@ -82,12 +93,20 @@ class BoardActor:
         self._changed = asyncio.Event()
         ev.set()
 
-    async def write_batch(self, entries: list[Any]) -> list[BoardEntry | BoardError]:
-        fut: asyncio.Future[list[BoardEntry | BoardError]] = asyncio.get_running_loop().create_future()
-        self._queue.append((list(entries), fut))
+    async def write_rows(self, entries: list[Any]) -> list[Row | BoardError]:
+        """The write path: entries as tuples (`entry_fields`), answers as `Row`s (the facade makes models)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[Row | BoardError]] = loop.create_future()
+        t0 = loop.time()
+        self._queue.append((entries, fut))
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush_loop())
-        return await asyncio.shield(fut)
+        res = await asyncio.shield(fut)
+        self._write_ms.append((loop.time() - t0) * 1000)
+        return res
+
+    async def write_batch(self, entries: list[Any]) -> list[BoardEntry | BoardError]:
+        return [r if isinstance(r, BoardError) else r.entry() for r in await self.write_rows(list(entries))]
 
     async def write(self, entry: Any) -> BoardEntry | BoardError:
         (res,) = await self.write_batch([entry])
@@ -102,8 +121,10 @@ class BoardActor:
                 try:
                     pb = board.prepare_batch(flat)
                     if pb.data:
+                        io = asyncio.ensure_future(asyncio.to_thread(board.commit_io, pb))
+                        self._trace_backlog()  # the previous batches' trace rows, while the fsync runs
                         try:
-                            await asyncio.to_thread(board.commit_io, pb)
+                            await io
                         except BaseException:
                             board.abort(pb)
                             raise
@@ -123,13 +144,18 @@ class BoardActor:
                 if pb.new:
                     self._notify()
                     if self._trace is not None:
-                        for e in (p.entry for p in pb.new):
-                            self._trace.write(
-                                BoardRow(ts=e.ts, worker_id=e.worker_id, event_id=e.event_id, seq=e.seq,
-                                         type=e.type.value, text=e.text, has_detail=e.has_detail)
-                            )
+                        self._untraced.extend(p.row for p in pb.new)
+            self._trace_backlog()
         finally:
             self._flusher = None
+
+    def _trace_backlog(self) -> None:
+        rows, self._untraced = self._untraced, []
+        for r in rows:
+            self._trace.write(  # type: ignore[union-attr]
+                BoardRow(ts=r.ts, worker_id=r.worker_id, event_id=f"board:{r.seq}", seq=r.seq, type=r.type,
+                         text=r.text, has_detail=r.has_detail)
+            )
 
     # ------------------------------------------------------------ reads
 
@@ -139,7 +165,13 @@ class BoardActor:
     async def since(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
         return self._board.since(cursor, limit)
 
+    async def since_rows(self, cursor: int, limit: int = 1000) -> list[Row]:
+        return self._board.since_rows(cursor, limit)
+
     async def wait_since(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[BoardEntry]:
+        return [r.entry() for r in await self.wait_since_rows(cursor, timeout_s, limit)]
+
+    async def wait_since_rows(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[Row]:
         """Entries with seq > cursor as soon as there are any, or [] after timeout_s."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, float(timeout_s))
@@ -151,13 +183,38 @@ class BoardActor:
                 await asyncio.wait_for(self._event().wait(), remaining)
             except asyncio.TimeoutError:
                 return []
-        return self._board.since(cursor, limit)
+        return self._board.since_rows(cursor, limit)
+
+    async def recent_delta(self, have_lo: int, have_hi: int) -> RecentDelta:
+        return self._board.recent_delta(have_lo, have_hi)
 
     async def grep(
         self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
     ) -> list[BoardEntry] | BoardError:
+        """Runs in slices of about GREP_SLICE_S on the event loop, so writes and reads go on during a
+        long search; stopped after `grep_budget_s`."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        budget = self._board.limits.grep_budget_s
+        slice_end = t0 + GREP_SLICE_S
         try:
-            return self._board.grep(pattern, regex=regex, limit=limit, type=type)
+            steps = self._board.grep_steps(pattern, regex=regex, limit=limit, type=type)
+            while True:
+                try:
+                    searched = next(steps)
+                except StopIteration as done:
+                    return done.value
+                now = loop.time()
+                if now - t0 > budget:
+                    total = len(self._board)
+                    return BoardError(
+                        f"grep {pattern!r} stopped after {budget:g} s having searched the newest {searched:,} of "
+                        f"{total:,} entries; a pattern with a plain word in it (or regex=false) searches an index "
+                        "and is fast"
+                    )
+                if now >= slice_end:
+                    await asyncio.sleep(0)
+                    slice_end = loop.time() + GREP_SLICE_S
         except BoardError as exc:
             return exc
 
@@ -170,12 +227,16 @@ class BoardActor:
     async def last_seq(self) -> int:
         return self._board.last_seq
 
+    async def cursor_at(self, ts: int) -> int:
+        return self._board.cursor_at(ts)
+
     async def pid(self) -> int:
         return os.getpid()
 
     async def close(self) -> None:
         """Flush the trace (end of run)."""
         if self._trace is not None:
+            self._trace_backlog()
             self._trace.close()
 
     async def info(self) -> dict[str, Any]:
@@ -184,16 +245,131 @@ class BoardActor:
             "log_path": str(self._board.log_path),
             "entries": len(self._board),
             "last_seq": self._board.last_seq,
+            "last_ts": self._board.last_ts,
+            "claim_ttl_s": self._board.limits.claim_ttl_s,
             "pid": os.getpid(),
             "commits": self._commits,
             "entries_committed": self._written,
+            "write_ms_p50": _pct(self._write_ms, 0.5),
+            "write_ms_p99": _pct(self._write_ms, 0.99),
         }
+
+
+class _WriteCoalescer:
+    """Client-side group commit: while `MAX_INFLIGHT` write calls from this process are in flight,
+    further writes queue and leave together in the next call. A host serving 64 workers thus makes
+    one call per burst instead of one per entry, and an idle one adds no delay."""
+
+    MAX_INFLIGHT = 2
+
+    def __init__(self, actor: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.actor = actor
+        self.loop = loop
+        self.queue: list[tuple[list[Any], asyncio.Future[list[BoardEntry | BoardError]]]] = []
+        self.inflight = 0
+        self.senders: set[asyncio.Task[None]] = set()
+        """Strong references: the loop keeps only weak ones, and a collected sender strands its callers."""
+
+    async def write(self, entries: list[Any]) -> list[BoardEntry | BoardError]:
+        fut: asyncio.Future[list[BoardEntry | BoardError]] = self.loop.create_future()
+        self.queue.append((entries, fut))
+        if self.inflight < self.MAX_INFLIGHT:
+            self.inflight += 1
+            task = self.loop.create_task(self._send())
+            self.senders.add(task)
+            task.add_done_callback(self.senders.discard)
+        return await fut
+
+    async def _send(self) -> None:
+        try:
+            while self.queue:
+                batch, self.queue = self.queue, []
+                try:
+                    res = await self.actor.write_rows.remote([e for entries, _ in batch for e in entries])
+                except BaseException as exc:  # the actor died for good, or we are cancelled: tell every caller
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                k = 0
+                for entries, fut in batch:
+                    if not fut.done():
+                        fut.set_result(res[k : k + len(entries)])
+                    k += len(entries)
+        finally:
+            self.inflight -= 1
+
+
+class _RecentReader:
+    """One recent-view fetch in flight per process: readers that arrive during a fetch are all served
+    by the next one (started when it returns), so their answer is as fresh as their call, and 64
+    workers reading at once cost the board one or two small deltas, not 64."""
+
+    def __init__(self, handle: "BoardHandle", loop: asyncio.AbstractEventLoop) -> None:
+        self.handle = handle
+        self.loop = loop
+        self.waiters: list[asyncio.Future[list[BoardEntry]]] = []
+        self.task: asyncio.Task[None] | None = None
+        self.fetches = 0
+        self.rows = 0
+        """Calls made and entries received (a reader that keeps up receives each entry about once)."""
+
+    async def read(self) -> list[BoardEntry]:
+        h = self.handle
+        if not h._wrote and self.loop.time() - h._view_at < h.RECENT_MAX_AGE_S and not self.waiters:
+            return h._view
+        fut: asyncio.Future[list[BoardEntry]] = self.loop.create_future()
+        self.waiters.append(fut)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._fetch())
+        return await fut
+
+    async def _fetch(self) -> None:
+        h = self.handle
+        while self.waiters:
+            waiters, self.waiters = self.waiters, []
+            try:
+                held = h._view
+                started, h._wrote = self.loop.time(), False
+                delta = await h.actor.recent_delta.remote(*h._bounds(held))
+                self.fetches += 1
+                self.rows += len(delta.rows)
+                view = h._merge_view(held, delta)
+                h._view_at = started
+            except BaseException as exc:
+                h._wrote = True  # unknown: fetch again next time
+                for w in waiters:
+                    if not w.done():
+                        w.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            for w in waiters:
+                if not w.done():
+                    w.set_result(view)
+
+
+def _pct(xs: Any, q: float) -> float | None:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 2) if xs else None
 
 
 def _raise_if_error(value: Any) -> Any:
     if isinstance(value, BoardError):
         raise BoardError(str(value)) from None
     return value
+
+
+def _entries(rows: list[Any]) -> list[Any]:
+    """Rows from the actor as `BoardEntry` models (refusals stay `BoardError`s)."""
+    return [r.entry() if isinstance(r, Row) else r for r in rows]
+
+
+def _wire(entry: Any) -> Any:
+    """A write request as the actor takes it: a tuple with an idempotency key."""
+    return entry_fields(_with_request_id(entry))
 
 
 def _with_request_id(entry: Any) -> Any:
@@ -214,29 +390,65 @@ class BoardHandle:
     errors in place instead, so one bad entry does not hide the others).
     """
 
+    RECENT_MAX_AGE_S = 0.5
+    """`arecent` may answer from this process's copy of the view if it was fetched less than this long
+    ago and this process wrote nothing since (so a worker always sees its own writes). 64 workers
+    on a host reading at once then cost the board about two small calls a second."""
+
     def __init__(self, actor: Any, name: str | None = None, namespace: str | None = None) -> None:
         self.actor = actor
         self.name = name
         self.namespace = namespace
+        self._view: list[BoardEntry] = []
+        self._view_at = float("-inf")
+        """Loop time at which the fetch that produced `_view` started."""
+        self._wrote = False
+        """A write from this process was acknowledged after that fetch started."""
+        self._writer: _WriteCoalescer | None = None
+        self._reader: _RecentReader | None = None
 
     def __repr__(self) -> str:
         return f"BoardHandle(name={self.name!r}, namespace={self.namespace!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The recent-view copy and the write queue belong to one process.
+        return {"actor": self.actor, "name": self.name, "namespace": self.namespace}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["actor"], state["name"], state["namespace"])
+
+    def _merge_view(self, held: list[BoardEntry], delta: RecentDelta) -> list[BoardEntry]:
+        view = apply_recent_delta(held, delta)
+        if not self._view or not view or view[-1].seq >= self._view[-1].seq:
+            self._view = view  # keep the newest of concurrent answers
+        return view
+
+    @staticmethod
+    def _cut(view: list[BoardEntry], limit: int | None) -> list[BoardEntry]:
+        return view[-limit:] if limit is not None and limit > 0 else ([] if limit is not None else list(view))
+
+    @staticmethod
+    def _bounds(held: list[BoardEntry]) -> tuple[int, int]:
+        return (held[0].seq, held[-1].seq) if held else (0, 0)
+
     # sync
     def write(self, entry: BoardEntryIn | dict[str, Any]) -> BoardEntry:
-        return _raise_if_error(ray.get(self.actor.write.remote(_with_request_id(entry))))
+        (res,) = self.write_batch([entry])
+        return _raise_if_error(res)
 
     def write_batch(self, entries: list[BoardEntryIn | dict[str, Any]]) -> list[BoardEntry | BoardError]:
-        return ray.get(self.actor.write_batch.remote([_with_request_id(e) for e in entries]))
+        return _entries(ray.get(self.actor.write_rows.remote([_wire(e) for e in entries])))
 
     def recent(self, limit: int | None = None) -> list[BoardEntry]:
-        return ray.get(self.actor.recent.remote(limit))
+        """The recent view; this process keeps a copy and fetches only what changed (`recent_delta`)."""
+        held = self._view
+        return self._cut(self._merge_view(held, ray.get(self.actor.recent_delta.remote(*self._bounds(held)))), limit)
 
     def since(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
-        return ray.get(self.actor.since.remote(cursor, limit))
+        return _entries(ray.get(self.actor.since_rows.remote(cursor, limit)))
 
     def wait_since(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[BoardEntry]:
-        return ray.get(self.actor.wait_since.remote(cursor, timeout_s, limit))
+        return _entries(ray.get(self.actor.wait_since_rows.remote(cursor, timeout_s, limit)))
 
     def grep(self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None) -> list[BoardEntry]:
         return _raise_if_error(ray.get(self.actor.grep.remote(pattern, regex, limit, type)))
@@ -254,20 +466,35 @@ class BoardHandle:
         return ray.get(self.actor.info.remote())
 
     # async (from async actors / coroutines)
+    def _coalescer(self) -> _WriteCoalescer:
+        loop = asyncio.get_running_loop()
+        if self._writer is None or self._writer.loop is not loop:
+            self._writer = _WriteCoalescer(self.actor, loop)
+        return self._writer
+
     async def awrite(self, entry: BoardEntryIn | dict[str, Any]) -> BoardEntry:
-        return _raise_if_error(await self.actor.write.remote(_with_request_id(entry)))
+        """Write one entry; concurrent writes from this process share calls (see `_WriteCoalescer`)."""
+        (res,) = await self.awrite_batch([entry])
+        return _raise_if_error(res)
 
     async def awrite_batch(self, entries: list[BoardEntryIn | dict[str, Any]]) -> list[BoardEntry | BoardError]:
-        return await self.actor.write_batch.remote([_with_request_id(e) for e in entries])
+        res = await self._coalescer().write([_wire(e) for e in entries])
+        self._wrote = True
+        return _entries(res)
 
     async def arecent(self, limit: int | None = None) -> list[BoardEntry]:
-        return await self.actor.recent.remote(limit)
+        """The recent view as of this call or later; this process keeps a copy, fetches only what changed
+        (`recent_delta`), and concurrent readers share one fetch (`_RecentReader`)."""
+        loop = asyncio.get_running_loop()
+        if self._reader is None or self._reader.loop is not loop:
+            self._reader = _RecentReader(self, loop)
+        return self._cut(await self._reader.read(), limit)
 
     async def asince(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
-        return await self.actor.since.remote(cursor, limit)
+        return _entries(await self.actor.since_rows.remote(cursor, limit))
 
     async def await_since(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[BoardEntry]:
-        return await self.actor.wait_since.remote(cursor, timeout_s, limit)
+        return _entries(await self.actor.wait_since_rows.remote(cursor, timeout_s, limit))
 
     async def agrep(
         self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None

@@ -36,7 +36,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Generator, Iterable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,6 +59,7 @@ _TYPES: tuple[EntryType, ...] = tuple(EntryType)
 _TYPE_CODE: dict[str, int] = {t.value: i for i, t in enumerate(_TYPES)}
 _VALID_TYPES = ", ".join(t.value for t in _TYPES)
 _CLAIM_CODE = _TYPE_CODE[EntryType.CLAIM.value]
+_CLAIM_BYTE = bytes([_CLAIM_CODE])
 _MIN_PREFILTER_LITERAL = 2
 
 
@@ -81,6 +82,9 @@ class BoardLimits(BaseModel):
     """CLAIMs older than this (board clock seconds) are hidden from `recent()`; grep still finds them."""
     grep_limit_max: int = 500
     """Upper bound for `grep(limit=...)`."""
+    grep_budget_s: float = 3.0
+    """Wall seconds one grep may take in the BoardActor before it is stopped with an error that says
+    how far it got (a pattern without a literal word scans the whole history with the regex)."""
 
 
 class BoardError(ValueError):
@@ -217,12 +221,57 @@ def _case_neutral(p: Iterable[tuple[Any, Any]]) -> bool:
 
 @dataclass
 class _Query:
-    """A compiled grep: either a folded literal (plain) or a regex with an optional prefilter."""
+    """A compiled grep: folded literals (plain) or a regex with an optional prefilter."""
 
-    literal: str | None = None
-    """Folded literal searched with rfind (the whole query when `verify` is None)."""
+    literals: tuple[str, ...] = ()
+    """Folded literals searched with rfind: an entry is a candidate if it contains any of them (the
+    whole query when `verify` is None)."""
     verify: re.Pattern[str] | None = None
-    """Regex run on an entry's original text to confirm a candidate (or to scan, without literal)."""
+    """Regex run on an entry's original text to confirm a candidate (or to scan, without literals)."""
+
+
+def _nested_repeat(p: Iterable[tuple[Any, Any]], inside: bool = False) -> bool:
+    """True if parsed pattern `p` repeats something that itself repeats without bound, like (a+)+ or
+    (x*y*)*: Python's `re` can backtrack exponentially on those and cannot be interrupted."""
+    c = _sre_c
+    for op, av in p:
+        if op in _REPEATS:
+            lo, hi, sub = av
+            unbounded = hi is c.MAXREPEAT or hi > 64
+            if unbounded and inside:
+                return True
+            if _nested_repeat(sub, inside or unbounded):
+                return True
+        elif op is c.SUBPATTERN:
+            if _nested_repeat(av[-1], inside):
+                return True
+        elif _ATOMIC is not None and op is _ATOMIC:
+            continue  # no backtracking into an atomic group
+        elif op is c.BRANCH:
+            if any(_nested_repeat(b, inside) for b in av[1]):
+                return True
+        elif op is c.ASSERT or op is c.ASSERT_NOT:
+            if _nested_repeat(av[1], inside):
+                return True
+    return False
+
+
+def _any_of_literals(p: Any) -> tuple[str, ...]:
+    """For a pattern that is an alternation (a|b|c, maybe in a group), one required literal per branch;
+    () if a branch has none: then every match contains at least one of them."""
+    items = list(p)
+    if len(items) == 1 and items[0][0] is _sre_c.SUBPATTERN:
+        return _any_of_literals(items[0][1][-1])
+    if len(items) != 1 or items[0][0] is not _sre_c.BRANCH:
+        return ()
+    out = []
+    for branch in items[0][1][1]:
+        runs, _ = _required_literals(branch)
+        best = max(runs, key=len, default="")
+        if len(best) < _MIN_PREFILTER_LITERAL:
+            return ()
+        out.append(best)
+    return tuple(dict.fromkeys(out))
 
 
 def _compile_query(pattern: str, regex: bool) -> _Query:
@@ -230,7 +279,7 @@ def _compile_query(pattern: str, regex: bool) -> _Query:
         raise BoardError("grep pattern is empty; give a word or a regular expression")
     if not regex:
         if pattern.isascii():
-            return _Query(literal=pattern.lower())
+            return _Query(literals=(pattern.lower(),))
         pattern = re.escape(pattern)
     flags = re.IGNORECASE | re.MULTILINE
     try:
@@ -238,38 +287,108 @@ def _compile_query(pattern: str, regex: bool) -> _Query:
         parsed = _sre_parse.parse(pattern, flags)
     except (re.error, RecursionError, OverflowError) as exc:
         raise BoardError(f"invalid pattern {pattern!r}: {exc}") from None
+    if _nested_repeat(parsed):
+        raise BoardError(
+            f"pattern {pattern!r} repeats a repetition (like (a+)+), which can take exponential time; "
+            "drop the outer repeat or use a plain word"
+        )
     if len(parsed) and all(op is _sre_c.LITERAL and av < 128 for op, av in parsed):
         # a bare ASCII word: the folded literal search is exact, no regex needed
-        return _Query(literal="".join(chr(av) for _, av in parsed).lower())
+        return _Query(literals=("".join(chr(av) for _, av in parsed).lower(),))
     runs, _ = _required_literals(parsed)
     best = max(runs, key=len, default="")
     if len(best) >= _MIN_PREFILTER_LITERAL:
-        return _Query(literal=best, verify=compiled)
+        return _Query(literals=(best,), verify=compiled)
+    alternatives = _any_of_literals(parsed)
+    if alternatives:
+        return _Query(literals=alternatives, verify=compiled)
     if _case_neutral(parsed):
         compiled = re.compile(pattern, re.MULTILINE)
-    return _Query(literal=None, verify=compiled)
+    return _Query(verify=compiled)
 
 
 # ---------------------------------------------------------------- the board
 
 
-@dataclass
+class Row(NamedTuple):
+    """An entry as the board hands it across process boundaries: a plain tuple, about ten times
+    cheaper to pickle than the `BoardEntry` model (same field names; `entry()` makes the model)."""
+
+    seq: int
+    ts: int
+    type: str
+    text: str
+    worker_id: str
+    has_detail: bool = False
+    detail: str | None = None
+    request_id: str | None = None
+
+    def entry(self) -> BoardEntry:
+        return BoardEntry(
+            seq=self.seq, ts=self.ts, type=self.type, text=self.text, worker_id=self.worker_id,
+            has_detail=self.has_detail, detail=self.detail, request_id=self.request_id,
+        )
+
+
+EntryFields = tuple[str, str, "str | None", str, "str | None"]
+"""A write request as a plain tuple: (type, text, detail, worker_id, request_id)."""
+
+
+def entry_fields(e: BoardEntryIn | dict[str, Any] | tuple) -> tuple:
+    """A write request in the tuple form the BoardActor takes (dicts and tuples pass through)."""
+    if isinstance(e, BoardEntryIn):
+        return (e.type, e.text, e.detail, e.worker_id, e.request_id)
+    return e
+
+
+@dataclass(slots=True)
 class _Pending:
     """One validated entry awaiting durability (seq reserved, not yet visible)."""
 
-    entry: BoardEntry
+    row: Row
     code: int
-    line: bytes
 
 
 @dataclass
 class PreparedBatch:
     """The result of `Board.prepare_batch`: what to write, and what to answer."""
 
-    results: list[BoardEntry | BoardError]
+    results: list[Row | BoardError]
     new: list[_Pending] = field(default_factory=list)
     data: bytes = b""
     next_seq_before: int = 0
+
+
+class RecentDelta(NamedTuple):
+    """`Board.recent_delta`'s answer (plain tuples: it crosses to every host several times a second)."""
+
+    reset: bool
+    first_seq: int
+    """The view holds no entry older than this."""
+    claim_cutoff: int
+    """CLAIMs stamped before this (board clock, us) are not in the view."""
+    rows: list[Row]
+    """The entries the reader lacks, oldest first, without details."""
+
+
+def apply_recent_delta(held: list[BoardEntry], delta: RecentDelta) -> list[BoardEntry]:
+    """The new recent view from the view a reader held (oldest first) and the board's delta."""
+    rows = [r.entry() for r in delta.rows]
+    if delta.reset or not held:
+        return rows
+    lo, hi = held[0].seq, held[-1].seq
+    k = bisect_left(held, delta.first_seq, key=_seq_of)
+    claim, cutoff = EntryType.CLAIM, delta.claim_cutoff
+    kept = [e for e in held[k:] if e.type is not claim or e.ts >= cutoff]
+    return [e for e in rows if e.seq < lo] + kept + [e for e in rows if e.seq > hi]
+
+
+_json_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+"""JSON string literal of a str, ASCII only (C speed): lone surrogates become \\u escapes."""
+
+
+def _seq_of(e: BoardEntry) -> int:
+    return e.seq
 
 
 class Board:
@@ -471,86 +590,85 @@ class Board:
 
     # ------------------------------------------------------------ writes
 
-    def validate(self, e: BoardEntryIn | dict[str, Any]) -> tuple[BoardEntryIn, str]:
-        """Check one request against the limits; returns it with its normalized type."""
-        if isinstance(e, dict):
-            try:
-                e = BoardEntryIn.model_validate(e)
-            except ValidationError as exc:
-                msgs = "; ".join(f"{'.'.join(map(str, er['loc'])) or 'entry'}: {er['msg']}" for er in exc.errors())
-                raise BoardError(f"invalid board entry: {msgs}") from None
-        elif not isinstance(e, BoardEntryIn):
-            raise BoardError(f"a board entry must be a BoardEntryIn or a dict, not {type(e).__name__}")
-        t = e.type.strip().upper() if isinstance(e.type, str) else e.type
-        if t not in _TYPE_CODE:
-            raise BoardError(f"unknown entry type {e.type!r}; valid types: {_VALID_TYPES}")
-        if not e.worker_id or not e.worker_id.strip():
+    def validate(self, e: BoardEntryIn | dict[str, Any] | tuple) -> EntryFields:
+        """Check one request against the limits; returns its fields with the type normalized."""
+        if isinstance(e, tuple):
+            if len(e) != 5:
+                raise BoardError("a board entry tuple is (type, text, detail, worker_id, request_id)")
+            t, text, detail, worker, rid = e
+        else:
+            if isinstance(e, dict):
+                try:
+                    e = BoardEntryIn.model_validate(e)
+                except ValidationError as exc:
+                    msgs = "; ".join(f"{'.'.join(map(str, er['loc'])) or 'entry'}: {er['msg']}" for er in exc.errors())
+                    raise BoardError(f"invalid board entry: {msgs}") from None
+            elif not isinstance(e, BoardEntryIn):
+                raise BoardError(f"a board entry must be a BoardEntryIn or a dict, not {type(e).__name__}")
+            t, text, detail, worker, rid = e.type, e.text, e.detail, e.worker_id, e.request_id
+        code = _TYPE_CODE.get(t) if t.__class__ is str else None
+        if code is None:
+            t = t.strip().upper() if isinstance(t, str) else t
+            if t not in _TYPE_CODE:
+                raise BoardError(f"unknown entry type {e[0] if isinstance(e, tuple) else e.type!r}; valid types: {_VALID_TYPES}")
+        if not isinstance(worker, str) or not worker.strip():
             raise BoardError("worker_id is empty")
         tmax = self.limits.text_max.get(t, 100)
-        if not e.text or not e.text.strip():
+        if not isinstance(text, str) or not text.strip():
             raise BoardError(f"{t} text is empty; write one line of at most {tmax} characters (details go in detail)")
-        if len(e.text) > tmax:
-            raise BoardError(f"{t} text is {len(e.text)} characters; the limit is {tmax} (put the rest in detail)")
-        if e.detail is not None and len(e.detail) > self.limits.detail_max:
-            raise BoardError(f"detail is {len(e.detail)} characters; the limit is {self.limits.detail_max}")
-        for name, value in (("text", e.text), ("detail", e.detail), ("worker_id", e.worker_id), ("request_id", e.request_id)):
-            if value is None:
+        if len(text) > tmax:
+            raise BoardError(f"{t} text is {len(text)} characters; the limit is {tmax} (put the rest in detail)")
+        if detail is not None and (not isinstance(detail, str) or len(detail) > self.limits.detail_max):
+            raise BoardError(f"detail is {len(detail)} characters; the limit is {self.limits.detail_max}")
+        for name, value in (("text", text), ("detail", detail), ("worker_id", worker), ("request_id", rid)):
+            if value is None or value.isascii():
                 continue
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise BoardError(f"{name} contains an invalid character at position {exc.start} (lone surrogate)") from None
-        return e, t
+        return t, text, detail or None, worker, rid
 
-    def prepare_batch(self, entries: list[BoardEntryIn]) -> PreparedBatch:
+    def prepare_batch(self, entries: list[BoardEntryIn | dict[str, Any] | tuple]) -> PreparedBatch:
         """Validate, deduplicate and number a batch; nothing becomes visible or durable yet.
 
         Call `commit_io` then `apply` (or `abort` if the IO fails). Only one prepared
         batch may be outstanding at a time.
         """
         pb = PreparedBatch(results=[], next_seq_before=self._next_seq)
-        batch_rids: dict[tuple[str, str], BoardEntry] = {}
+        results, new = pb.results, pb.new
+        batch_rids: dict[tuple[str, str], Row] = {}
         seq = self._next_seq
         ts = max(int(self.clock() * 1e6), self.last_ts)  # sorted stamps, even if the wall clock steps back
-        chunks: list[bytes] = []
+        chunks: list[str] = []
+        enc = _json_str
         for raw in entries:
             try:
-                e, t = self.validate(raw)
+                t, text, detail, worker, rid = self.validate(raw)
             except BoardError as err:
-                pb.results.append(err)
+                results.append(err)
                 continue
-            if e.request_id is not None:
-                key = (e.worker_id, e.request_id)
-                i = self._find_request(*key)
+            if rid is not None:
+                key = (worker, rid)
+                i = self._find_request(worker, rid)
                 if i is not None:
-                    pb.results.append(self._entry(i, detail=True))
+                    results.append(self._row(i, detail=True))
                     continue
                 if key in batch_rids:
-                    pb.results.append(batch_rids[key])
+                    results.append(batch_rids[key])
                     continue
-            detail = e.detail if e.detail else None
-            entry = BoardEntry(
-                seq=seq,
-                ts=ts,
-                type=_TYPES[_TYPE_CODE[t]],
-                text=e.text,
-                worker_id=e.worker_id,
-                has_detail=detail is not None,
-                detail=detail,
-                request_id=e.request_id,
-            )
-            rec: dict[str, Any] = {"seq": seq, "ts": ts, "type": t, "text": e.text, "worker_id": e.worker_id}
+            row = Row(seq, ts, t, text, worker, detail is not None, detail, rid)
+            line = f'{{"seq":{seq},"ts":{ts},"type":"{t}","text":{enc(text)},"worker_id":{enc(worker)}'
             if detail is not None:
-                rec["detail"] = detail
-            if e.request_id is not None:
-                rec["request_id"] = e.request_id
-                batch_rids[(e.worker_id, e.request_id)] = entry
-            line = (json.dumps(rec, separators=(",", ":")) + "\n").encode("ascii")
-            chunks.append(line)
-            pb.new.append(_Pending(entry, _TYPE_CODE[t], line))
-            pb.results.append(entry)
+                line += f',"detail":{enc(detail)}'
+            if rid is not None:
+                line += f',"request_id":{enc(rid)}'
+                batch_rids[(worker, rid)] = row
+            chunks.append(line + "}\n")
+            new.append(_Pending(row, _TYPE_CODE[t]))
+            results.append(row)
             seq += 1
-        pb.data = b"".join(chunks)
+        pb.data = "".join(chunks).encode("ascii")
         self._next_seq = seq  # reserved
         return pb
 
@@ -572,11 +690,11 @@ class Board:
             raise
         self._size += len(pb.data)
 
-    def apply(self, pb: PreparedBatch) -> list[BoardEntry | BoardError]:
+    def apply(self, pb: PreparedBatch) -> list[Row | BoardError]:
         """Publish a durable batch to readers; returns the per-entry results."""
         for p in pb.new:
-            en = p.entry
-            self._append(en.seq, en.ts, p.code, en.text, en.detail, en.worker_id, en.request_id)
+            r = p.row
+            self._append(r.seq, r.ts, p.code, r.text, r.detail, r.worker_id, r.request_id)
         return pb.results
 
     def abort(self, pb: PreparedBatch) -> None:
@@ -591,7 +709,7 @@ class Board:
         except BaseException:
             self.abort(pb)
             raise
-        return self.apply(pb)
+        return [r if isinstance(r, BoardError) else r.entry() for r in self.apply(pb)]
 
     def write(self, entry: BoardEntryIn) -> BoardEntry:
         """Write one entry; raises BoardError if it is refused."""
@@ -635,21 +753,73 @@ class Board:
             request_id=self._rid[i],
         )
 
+    def _view_start(self, cap: int, cutoff: int) -> int:
+        """Index of the oldest entry of the recent view: the newest `cap` entries that are not CLAIMs
+        stamped before `cutoff`. Counts expired CLAIMs with C-speed `find`s instead of a Python loop."""
+        ts, types = self._ts, self._type
+        i, got = len(self._seq), 0
+        while i > 0 and got < cap:
+            lo = max(0, i - (cap - got))
+            expired = 0
+            j = types.find(_CLAIM_BYTE, lo, i)
+            while j >= 0:
+                expired += ts[j] < cutoff
+                j = types.find(_CLAIM_BYTE, j + 1, i)
+            got += (i - lo) - expired
+            i = lo
+        return i
+
+    def _claim_cutoff(self) -> int:
+        return int((self.clock() - self.limits.claim_ttl_s) * 1e6)
+
     def recent(self, limit: int | None = None) -> list[BoardEntry]:
         """The newest entries (at most `recent_limit`), oldest first, without expired CLAIMs or details."""
         cap = self.limits.recent_limit if limit is None else min(int(limit), self.limits.recent_limit)
         if cap <= 0:
             return []
-        cutoff = int((self.clock() - self.limits.claim_ttl_s) * 1e6)
+        cutoff = self._claim_cutoff()
         ts, types = self._ts, self._type
-        idx: list[int] = []
-        i = len(self._seq) - 1
-        while i >= 0 and len(idx) < cap:
-            if types[i] != _CLAIM_CODE or ts[i] >= cutoff:
-                idx.append(i)
-            i -= 1
-        idx.reverse()
-        return [self._entry(j) for j in idx]
+        return [
+            self._entry(j)
+            for j in range(self._view_start(cap, cutoff), len(self._seq))
+            if types[j] != _CLAIM_CODE or ts[j] >= cutoff
+        ]
+
+    def recent_delta(self, have_lo: int, have_hi: int) -> RecentDelta:
+        """What a reader holding the recent view's entries with seq in [have_lo, have_hi] lacks.
+
+        A host serving 64 workers keeps the view (2,000 entries) and asks only for the difference:
+        the entries newer than `have_hi`, those older than `have_lo` that joined the view (when CLAIMs
+        expire), and where the view now starts plus the CLAIM cutoff, so the reader drops what left it.
+        `reset` tells the reader to replace what it holds (it held nothing, or something the board does
+        not know). See `apply_recent_delta`.
+        """
+        cutoff = self._claim_cutoff()
+        n = len(self._seq)
+        i0 = self._view_start(self.limits.recent_limit, cutoff)
+        first = self._seq[i0] if i0 < n else self.last_seq + 1
+        reset = have_hi <= 0 or have_lo > have_hi or have_hi > self.last_seq or have_hi < first - 1
+        if reset:
+            spans = [(i0, n)]
+        else:
+            spans = [(i0, max(i0, bisect_left(self._seq, have_lo))), (max(i0, bisect_right(self._seq, have_hi)), n)]
+        ts, types = self._ts, self._type
+        rows = [self._row(j) for a, b in spans for j in range(a, b) if types[j] != _CLAIM_CODE or ts[j] >= cutoff]
+        return RecentDelta(reset, first, cutoff, rows)
+
+    def _row(self, i: int, detail: bool = False) -> Row:
+        s, a, e = self._locate(i)
+        tl = self._tlen[i]
+        has = e - a > tl
+        return Row(self._seq[i], self._ts[i], _TYPES[self._type[i]].value, s[a : a + tl], self._worker[i], has,
+                   s[a + tl + 1 : e] if (detail and has) else None, self._rid[i])
+
+    def since_rows(self, cursor: int, limit: int = 1000) -> list[Row]:
+        """`since` as rows (what the actor sends to routers)."""
+        if limit <= 0:
+            return []
+        lo = bisect_right(self._seq, cursor)
+        return [self._row(i) for i in range(lo, min(len(self._seq), lo + limit))]
 
     def since(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
         """Entries with seq > cursor, oldest first, at most `limit`, without details."""
@@ -694,6 +864,22 @@ class Board:
         `regex=False` searches a plain substring. Returns at most `limit` entries
         (capped at `grep_limit_max`), without details.
         """
+        steps = self.grep_steps(pattern, regex, limit, type)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def grep_steps(
+        self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
+    ) -> Generator[int, None, list[BoardEntry]]:
+        """`grep` in steps: yields the number of entries searched so far after each block of 1,024
+        (so a caller can interleave other work and stop a slow search); returns the hits.
+
+        Safe against writes between steps: it searches the entries that existed when it started.
+        Raises BoardError (at the first step) for an invalid pattern or type.
+        """
         code: int | None = None
         if type is not None:
             t = str(type).strip().upper()
@@ -706,30 +892,37 @@ class Board:
             return []
         hits: list[int] = []
         start, types = self._start, self._type
-        lit, pat = q.literal, q.verify
-        for S, F, lo, hi in self._search_blocks():
+        lits, pat = q.literals, q.verify
+        searched = 0
+        for S, F, lo, hi in list(self._search_blocks()):
             L = len(S)
-            if lit is not None:
-                # newest first within the block: rfind, then restart before the candidate's entry
-                ln = len(lit)
-                end = L
-                while True:
-                    o = F.rfind(lit, 0, end)
-                    if o < 0:
-                        break
-                    j = bisect_right(start, o, lo, hi) - 1
-                    s = start[j]
-                    e = start[j + 1] - 1 if j + 1 < hi else L - 1
-                    if code is None or types[j] == code:
-                        if pat is None:
-                            ok = o + ln <= e or F.find(lit, s, e) >= 0
-                        else:
-                            ok = pat.search(S, s, e) is not None
-                        if ok:
-                            hits.append(j)
-                            if len(hits) >= limit:
-                                return [self._entry(x) for x in hits]
-                    end = s
+            if lits:
+                cands: set[int] = set()
+                for lit in lits:
+                    # newest first within the block: rfind, then restart before the candidate's entry
+                    ln = len(lit)
+                    end = L
+                    while True:
+                        o = F.rfind(lit, 0, end)
+                        if o < 0:
+                            break
+                        j = bisect_right(start, o, lo, hi) - 1
+                        s = start[j]
+                        e = start[j + 1] - 1 if j + 1 < hi else L - 1
+                        if j not in cands and (o + ln <= e or F.find(lit, s, e) >= 0):
+                            cands.add(j)
+                        end = s
+                for j in sorted(cands, reverse=True):
+                    if code is not None and types[j] != code:
+                        continue
+                    if pat is not None:
+                        s = start[j]
+                        e = start[j + 1] - 1 if j + 1 < hi else L - 1
+                        if pat.search(S, s, e) is None:
+                            continue
+                    hits.append(j)
+                    if len(hits) >= limit:
+                        return [self._entry(x) for x in hits]
             else:
                 assert pat is not None
                 found: list[int] = []
@@ -751,4 +944,6 @@ class Board:
                     hits.append(j)
                     if len(hits) >= limit:
                         return [self._entry(x) for x in hits]
+            searched += hi - lo
+            yield searched
         return [self._entry(x) for x in hits]

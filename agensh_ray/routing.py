@@ -96,6 +96,24 @@ class Event(NamedTuple):
     def event_id(self) -> str:
         return f"{self.source}:{self.seq}"
 
+    @property
+    def worker_id(self) -> str | None:
+        """The one worker this event is for (DMs and forge notifications), None for a broadcast."""
+        named = (self.high or ()) + (self.low or ())
+        return named[0] if len(named) == 1 and self.high is not None and self.low is not None else None
+
+
+class Shared(NamedTuple):
+    """One event as it reaches the agents of a host, made once per event and priority and shared by
+    all of them (what `HostInbox.take_shared` returns: `Queued` without the worker id)."""
+
+    event_id: str
+    priority: str
+    kind: str
+    text: str
+    enqueue_ts: int
+    label: str = ""
+
 
 class Queued(NamedTuple):
     """One event as it reaches one agent (what `HostInbox.take` returns; fields as in `Delivery`)."""
@@ -223,13 +241,10 @@ class Fanout:
         for fe in events:
             what = f"PR #{fe.pr} " if fe.pr else ""
             text = f"[forge] {what}{fe.kind.replace('_', ' ')} by {fe.actor}: {fe.detail}".rstrip(": ")
-            by_host: dict[str, list[str]] = defaultdict(list)
-            for w in dict.fromkeys(fe.notify):
+            for w in dict.fromkeys(fe.notify):  # one event per worker: forge events are few, and each wakes its worker
                 h = self.host_of.get(w)
                 if h is not None and w != fe.actor:
-                    by_host[h].append(w)
-            for h, ws in by_host.items():
-                out[h].append(Event("forge", fe.seq, "forge", text, fe.actor, ts, (), tuple(ws)))
+                    out[h].append(Event("forge", fe.seq, "forge", text, fe.actor, ts, (), (w,)))
         return out
 
     def split(self, source: str, batch: list[Any]) -> dict[str, list[Event]]:
@@ -244,65 +259,89 @@ class HostInbox:
     delivery exactly-once to the agent under router replays.
 
     A host is fed by one router, in order (one call in flight), so "seq <= my cursor
-    for that source" is exactly "already queued". Queues hold references to the shared
-    `Event`; the per-worker `Queued` value is made only when the agent takes it.
+    for that source" is exactly "already queued". Queues hold one shared record per
+    event and host, `(n, event_id, event)`; the per-worker `Queued` value is made only
+    when the agent takes it. Under policy `all` every worker takes every entry, so this
+    is the hottest code of a 1,024-worker run: a broadcast costs one list append per
+    worker, a take one small tuple per item.
     """
 
     def __init__(self, workers: Iterable[str]):
         self.workers = list(workers)
         self.cursors: dict[str, int] = {s: 0 for s in SOURCES}
-        self._hi: dict[str, list[tuple[int, Any]]] = {w: [] for w in self.workers}
-        self._lo: dict[str, list[tuple[int, Any]]] = {w: [] for w in self.workers}
-        self._kinds: dict[str, Counter[str]] = {w: Counter() for w in self.workers}
+        self._hi: dict[str, list[tuple[int, str, Any]]] = {w: [] for w in self.workers}
+        self._lo: dict[str, list[tuple[int, str, Any]]] = {w: [] for w in self.workers}
+        self._every: dict[tuple[int, str], list[list[tuple[int, str, Any]]]] = {}
         self._n = 0
         self.accepted = 0
         """Events that reached at least one queue (replays and foreign workers excluded)."""
         self.duplicates = 0
         """Replayed events dropped by the cursor check."""
 
-    def accept(self, events: list[Event], cursors: dict[str, int]) -> set[str]:
-        """Queue a router batch; returns the workers that got something new.
+    def _all_but(self, queues: dict[str, list], author: str) -> list[list]:
+        """The queues of every worker but `author` (cached: the list is built once per author)."""
+        key = (id(queues), author if author in queues else "")
+        qs = self._every.get(key)
+        if qs is None:
+            qs = self._every[key] = [q for w, q in queues.items() if w != author]
+        return qs
+
+    def _targets(self, queues: dict[str, list], named: tuple[str, ...] | None, other: tuple[str, ...] | None,
+                 author: str) -> list[list]:
+        if named is None:
+            if not other:
+                return self._all_but(queues, author)
+            return [q for w, q in queues.items() if w != author and w not in other]
+        return [queues[w] for w in named if w in queues and w != author]
+
+    def accept(self, events: list[Event | Any], cursors: dict[str, int]) -> int:
+        """Queue a router batch; returns how many (worker, event) items are new.
 
         Events at or below this host's cursor for their source are replays and are dropped.
         Then the cursors move to `cursors` (the router's read position, which may be past the last
-        event: nothing in between concerned this host).
+        event: nothing in between concerned this host). A `Delivery` (one worker, one event) is
+        accepted too. The host wakes `event.worker_id` (set for DMs and forge notifications).
         """
-        got: set[str] = set()
+        new = 0
         cur = self.cursors
+        seen = dict(cur)  # as of the batch start: one seq may come as several events (one per forge target)
         for ev in events:
-            if ev.seq <= cur.get(ev.source, 0):
+            if ev.__class__ is not Event:
+                ev = _from_delivery(ev)
+            if ev.seq <= seen.get(ev.source, 0):
                 self.duplicates += 1
                 continue
-            cur[ev.source] = ev.seq
+            if ev.seq > cur.get(ev.source, 0):
+                cur[ev.source] = ev.seq
             self._n += 1
-            item = (self._n, ev)
-            high, low = ev.high, ev.low
-            if high is None:
-                high = [w for w in self.workers if w != ev.author and w not in low]
-            elif low is None:
-                low = [w for w in self.workers if w != ev.author and w not in high]
-            low_kind = "summary" if ev.kind == "board" else ev.kind
-            reached = False
-            for targets, queues, kind in ((high, self._hi, ev.kind), (low, self._lo, low_kind)):
-                for w in targets:
-                    q = queues.get(w)
-                    if q is not None and w != ev.author:
-                        q.append(item)
-                        self._kinds[w][kind] += 1
-                        got.add(w)
-                        reached = True
-            self.accepted += reached
+            eid = f"{ev.source}:{ev.seq}"
+            reached = 0
+            hq = self._targets(self._hi, ev.high, ev.low, ev.author)
+            if hq:
+                rec = (self._n, eid, ev, Shared(eid, HIGH, ev.kind, ev.text, ev.enqueue_ts, ev.label))
+                for q in hq:
+                    q.append(rec)
+                reached += len(hq)
+            lq = self._targets(self._lo, ev.low, ev.high, ev.author)
+            if lq:
+                kind = _LOW_KIND.get(ev.kind, ev.kind)
+                rec = (self._n, eid, ev, Shared(eid, LOW, kind, ev.text, ev.enqueue_ts, ev.label))
+                for q in lq:
+                    q.append(rec)
+                reached += len(lq)
+            new += reached
+            self.accepted += reached > 0
         for src, c in cursors.items():
             if c > cur.get(src, 0):
                 cur[src] = c
-        return got
+        return new
 
     def push_local(self, d: Any) -> None:
         """Events the host makes itself (nudges, wind-down; a `Delivery`): not replayed, no dedup."""
         self._n += 1
         q = Queued(d.event_id, d.worker_id, d.priority, d.kind, d.text, d.enqueue_ts)
-        (self._hi if d.priority == HIGH else self._lo)[d.worker_id].append((self._n, q))
-        self._kinds[d.worker_id][d.kind] += 1
+        s = Shared(d.event_id, d.priority, d.kind, d.text, d.enqueue_ts)
+        (self._hi if d.priority == HIGH else self._lo)[d.worker_id].append((self._n, d.event_id, q, s))
 
     def has_any(self, worker: str) -> bool:
         return bool(self._hi[worker] or self._lo[worker])
@@ -311,8 +350,11 @@ class HostInbox:
         return bool(self._hi[worker])
 
     def kinds(self, worker: str) -> set[str]:
-        """Kinds waiting for the worker (O(number of kinds): the host asks on every wake-up)."""
-        return {k for k, n in self._kinds[worker].items() if n > 0}
+        """Kinds waiting for the worker (a scan of its queue; the host asks when a DM, a forge
+        notification or its own prompt wakes the worker, not on every board entry)."""
+        out = {r[3].kind for r in self._hi[worker]}
+        out.update(r[3].kind for r in self._lo[worker])
+        return out
 
     def pending(self, worker: str) -> int:
         return len(self._hi[worker]) + len(self._lo[worker])
@@ -322,49 +364,59 @@ class HostInbox:
         return sum(map(len, self._hi.values())) + sum(map(len, self._lo.values()))
 
     @property
-    def queues(self) -> dict[str, list[Queued]]:
-        """A snapshot of every queue, oldest first (for status and tests; `queued()` is the cheap count)."""
-        return {w: self._items(w, self._hi[w], self._lo[w]) for w in self.workers}
+    def queues(self) -> dict[str, list[tuple[int, str, Any]]]:
+        """Per worker, its waiting records (to count them: `take` gives what the agent reads)."""
+        return {w: self._hi[w] + self._lo[w] for w in self.workers}
+
+    def _pop(self, worker: str, urgent_only: bool) -> list[tuple[int, str, Any, Shared]]:
+        hq = self._hi[worker]
+        hi = hq[:]
+        hq.clear()  # cleared in place: `_all_but` keeps references to these lists
+        lq = self._lo[worker]
+        if urgent_only or not lq:
+            return hi
+        lo = lq[:]
+        lq.clear()
+        return list(merge(hi, lo, key=itemgetter(0))) if hi else lo
+
+    def take_shared(self, worker: str, urgent_only: bool) -> list[Shared]:
+        """Hand the worker's queued items to its agent, oldest first (only the high ones if urgent_only),
+        as values shared by the host's workers: no allocation per item. The hot path under policy
+        `all`, where every worker takes every entry (the caller knows which worker it asked for)."""
+        return [r[3] for r in self._pop(worker, urgent_only)]
 
     def take(self, worker: str, urgent_only: bool) -> list[Queued]:
-        """Hand the worker's queued items to its agent, oldest first (only the high ones if urgent_only)."""
-        hi, self._hi[worker] = self._hi[worker], []
-        lo: list[tuple[int, Any]] = []
-        if not urgent_only:
-            lo, self._lo[worker] = self._lo[worker], []
-        out = self._items(worker, hi, lo)
-        kinds = self._kinds[worker]
-        for q in out:
-            kinds[q.kind] -= 1
-        return out
-
-    def _items(self, worker: str, hi: list[tuple[int, Any]], lo: list[tuple[int, Any]]) -> list[Queued]:
-        h = [(n, _as_queued(worker, ev, HIGH)) for n, ev in hi]
-        if not lo:
-            return [q for _, q in h]
-        low = [(n, _as_queued(worker, ev, LOW)) for n, ev in lo]
-        return [q for _, q in (merge(h, low, key=itemgetter(0)) if h else low)]
+        """`take_shared`, with one `Queued` per item that names the worker (about a microsecond each)."""
+        mk = tuple.__new__
+        return [mk(Queued, (r[1], worker, *r[3][1:])) if r[2].__class__ is Event else r[2]
+                for r in self._pop(worker, urgent_only)]
 
 
-def _as_queued(worker: str, ev: Event | Queued, priority: str) -> Queued:
-    if isinstance(ev, Queued):
-        return ev
-    kind = "summary" if (ev.kind == "board" and priority == LOW) else ev.kind
-    return Queued(f"{ev.source}:{ev.seq}", worker, priority, kind, ev.text, ev.enqueue_ts, ev.label)
+_LOW_KIND = {"board": "summary"}
+"""A board entry delivered low is a summary line."""
+
+
+def _from_delivery(d: Any) -> Event:
+    src, seq = source_of(d.event_id)
+    mine = (d.worker_id,)
+    return Event(src, seq, d.kind, d.text, "", d.enqueue_ts, mine if d.priority == HIGH else (),
+                 mine if d.priority != HIGH else ())
 
 
 def render(deliveries: list[Any], mid_turn: bool) -> str:
     """The text an agent reads: urgent items verbatim, summaries folded into one line."""
     if not deliveries:
         return ""
-    summary = [d for d in deliveries if d.kind == "summary"]
-    items = [d for d in deliveries if d.kind != "summary"]
-    head = "--- new for you while you work ---" if mid_turn else "--- since your last turn ---"
-    lines = [head, *(d.text for d in items)]
+    lines = ["--- new for you while you work ---" if mid_turn else "--- since your last turn ---"]
+    summary: Counter[str] = Counter()
+    for d in deliveries:
+        if d.kind == "summary":
+            summary[getattr(d, "label", "") or "other"] += 1
+        else:
+            lines.append(d.text)
     if summary:
-        kinds = Counter(getattr(d, "label", "") or "other" for d in summary)
-        what = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-        lines.append(f"[board] {len(summary)} other new entries ({what}); board_read shows them")
+        what = ", ".join(f"{n} {k}" for k, n in sorted(summary.items()))
+        lines.append(f"[board] {sum(summary.values())} other new entries ({what}); board_read shows them")
     return "\n".join(lines)
 
 

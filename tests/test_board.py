@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from agensh_ray.board import BLOCK, Board, BoardError, BoardLimits
+from agensh_ray.board import BLOCK, Board, BoardError, BoardLimits, _compile_query, apply_recent_delta
 from agensh_ray.models import BoardEntry, BoardEntryIn, EntryType
 
 
@@ -313,7 +313,8 @@ def test_grep_matches_reference_scan(tmp_path):
     written = b.write_batch(entries)
     full = {w.seq: w.text + ("\n" + w.detail if w.detail else "") for w in written}
     types = {w.seq: w.type.value for w in written}
-    patterns = ["alpha", "beta gamma", r"delta\d+", r"^gamma", r"ta$", r"é", "ÉCOLE", r"[a-z]+42", r"\d", r"a.b", "k-dim", "istanbul", r"x\s+x", r"end\nalpha"]
+    patterns = ["alpha", "beta gamma", r"delta\d+", r"^gamma", r"ta$", r"é", "ÉCOLE", r"[a-z]+42", r"\d", r"a.b", "k-dim", "istanbul", r"x\s+x", r"end\nalpha",
+                r"alpha|gamma", r"(beta|x\s)", r"straße|k-d", r"GAMMA|delta4|x$"]
     for pat in patterns:
         for regex in (True, False):
             for t in (None, "FAIL"):
@@ -333,4 +334,54 @@ def test_blocks_survive_reload(tmp_path):
     assert b.unfold(BLOCK).text == f"entry {BLOCK - 1}"
     assert b.unfold(BLOCK + 2).detail is None and b.unfold(BLOCK + 3).detail == f"d{BLOCK + 2}"
     assert [x.seq for x in b.grep(r"entry 10\d\d$", limit=3)] == [BLOCK + 5, BLOCK + 4, BLOCK + 3]
+    b.close()
+
+
+def test_grep_refuses_nested_repeats(board):
+    for pat in (r"(a+)+$", r"(x*y*)*z", r"(?:\w+\s?)+done", r"(a|b+)*"):
+        with pytest.raises(BoardError, match="repeats a repetition"):
+            board.grep(pat)
+    for pat in (r"(ab)+", r"a+b+", r"(?:fail|error){2}", r"(?>a+)+"):
+        board.grep(pat)  # fine
+
+
+def test_alternation_uses_the_literal_index():
+    assert _compile_query(r"unicode|squeeze", True).literals == ("unicode", "squeeze")
+    assert _compile_query(r"(fail(ed|s)|error)", True).literals == ("fail", "error")
+    assert _compile_query(r"x|unicode", True).literals == ()  # a branch without a 2-letter literal: full scan
+
+
+def test_grep_steps_yield_per_block_and_ignore_later_writes(tmp_path):
+    b = Board(tmp_path / "b.jsonl")
+    b.write_batch([e(text=f"needle {i}" if i % 10 == 0 else f"hay {i}") for i in range(3 * BLOCK)])
+    steps = b.grep_steps("needle", limit=500)
+    assert next(steps) == BLOCK
+    b.write_batch([e(text="needle late")])  # written mid-search: not part of this search
+    assert list(steps) == [2 * BLOCK, 3 * BLOCK]
+    hits = b.grep("needle", limit=500)
+    assert hits[0].text == "needle late" and len(hits) == 1 + len(range(0, 3 * BLOCK, 10))
+    b.close()
+
+
+def test_recent_delta_rebuilds_the_recent_view(tmp_path, clock):
+    """A reader that keeps the view and applies deltas sees exactly what recent() shows, through
+    writes, CLAIMs expiring (the view reaches further back) and readers that fell far behind."""
+    import random
+
+    rnd = random.Random(3)
+    b = Board(tmp_path / "b.jsonl", BoardLimits(recent_limit=50, claim_ttl_s=100), clock=clock)
+    readers: list[list] = [[], [], []]
+    for step in range(300):
+        n = rnd.choice([0, 1, 1, 2, 5, 30])
+        b.write_batch([e(rnd.choice(["FACT", "CLAIM", "CLAIM", "FAIL"]), f"s{step} e{k}") for k in range(n)])
+        clock.t += rnd.choice([0, 1, 5, 40])
+        for k, held in enumerate(readers):
+            if rnd.random() < (0.9, 0.3, 0.05)[k]:
+                lo, hi = (held[0].seq, held[-1].seq) if held else (0, 0)
+                readers[k] = apply_recent_delta(held, b.recent_delta(lo, hi))
+                want = b.recent()
+                assert [x.seq for x in readers[k]] == [x.seq for x in want], (step, k)
+                assert readers[k] == want
+    delta = b.recent_delta(readers[0][0].seq, readers[0][-1].seq)
+    assert not delta.reset and len(delta.rows) < 50  # a reader that keeps up gets little
     b.close()

@@ -177,3 +177,15 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged(ray_session, tmp_path):
         assert all(len(v) == 1 for v in by_rid.values())
     finally:
         h.kill()
+
+
+def test_slow_grep_is_stopped_and_says_how_far_it_got(ray_session, tmp_path):
+    h = get_or_create_board(f"board-{uuid.uuid4().hex[:8]}", str(tmp_path / "b.jsonl"),
+                            limits=BoardLimits(grep_budget_s=0.0))
+    try:
+        h.write_batch([e(f"entry {i}") for i in range(3000)])
+        with pytest.raises(BoardError, match=r"stopped after 0 s having searched the newest [\d,]+ of 3,000 entries"):
+            h.grep(r"[xyz]{3}\d")  # no literal: a regex scan of every block
+        assert [x.seq for x in h.grep("entry", limit=2)] == [3000, 2999]  # done inside the first block
+    finally:
+        h.kill()
