@@ -19,9 +19,9 @@ def answers(run: Path, queries=("roles", "idle", "hotspots", "merges")) -> dict:
 
 
 def many_small_files(run: Path, flushes: int = 12) -> None:
-    """What a writer leaves behind: a file per flush."""
+    """What a writer without rolling windows (window_s=0, as before they existed) leaves: a file per flush."""
     shutil.copytree(FIXTURES / "run_small", run)
-    w = TraceWriter(run, "host-h001", "run_small", flush_interval_s=0)
+    w = TraceWriter(run, "host-h001", "run_small", flush_interval_s=0, window_s=0)
     for i in range(flushes):
         w.write(TurnRow(worker_id="w009", turn=i + 1, phase="start", trigger="events"))
         w.write(TurnRow(worker_id="w009", turn=i + 1, phase="end", stop_reason="end_turn"))
