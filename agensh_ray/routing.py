@@ -16,8 +16,8 @@ appended to the next infra-tool result); channel posts, forge notifications
 and, under the `relevant` policy, board entries that do not touch a worker's
 claims are low (next turn start; board ones folded into one summary line).
 
-`Schedule` says when the host's own prompts are due: the idle nudge, the
-share-findings prompt and the wind-down notices.
+`TurnClock` says when a worker's host-made prompts are due: the idle nudge,
+the share-findings prompt and the wind-down notices.
 """
 
 from __future__ import annotations
@@ -35,11 +35,10 @@ SOURCES = ("board", "chat", "forge")
 POLICIES = ("all", "relevant")
 
 HIGH, LOW = "high", "low"
-LOCAL_SOURCE = "local"
 
 WORD_RE = re.compile(r"[a-z0-9][a-z0-9_]+")
-"""Words of a CLAIM / entry for the `relevant` policy: lower-case runs of two or more letters or
-digits ('textkit/commands/tac.py' -> textkit, commands, tac, py)."""
+"""Words of a CLAIM / entry for the `relevant` policy: lower-case runs of two or more letters,
+digits or underscores ('textkit/commands/tac.py' -> textkit, commands, tac, py)."""
 
 STOP_WORDS = frozenset(
     """
