@@ -39,7 +39,13 @@ def make_forge(name: str, root: Path, options: dict | None = None):
     if name == "embedded":
         from services.forge.embedded import EmbeddedForge
 
-        forge = EmbeddedForge(Path(root))
+        # On a cluster the agents of other nodes clone and push here: listen on this node's address.
+        host = "127.0.0.1"
+        if options.get("cluster"):
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        forge = EmbeddedForge(Path(root), host=host)
     else:
         from services.forge.gitea import GiteaForge
 
@@ -81,6 +87,8 @@ def make_services(cfg: Any, run_dir: Path, run_id: str) -> tuple[Any, Any]:
     _check("forge", cfg.forge, FORGES)
     _check("chat", cfg.chat, CHATS)
     opts = service_options(cfg)
+    if getattr(cfg, "address", None):
+        opts["cluster"] = "1"
     rd = str(run_dir)
     chat = ChatActor.options(name=f"chat-{run_id}").remote(str(Path(run_dir) / "chat"), rd, run_id, cfg.chat, opts)
     forge = ForgeActor.options(name=f"forge-{run_id}").remote(str(Path(run_dir) / "forge"), rd, run_id, cfg.forge,
