@@ -41,6 +41,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from agensh_ray.models import ForgeEvent, now_us
+from services.http_thread import serve_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -247,19 +248,7 @@ class WebhookIntake:
         class Handler(_IntakeHandler):
             intake = outer
 
-        server = ThreadingHTTPServer((self.host, self._requested_port), Handler, bind_and_activate=False)
-        server.daemon_threads = True
-        server.allow_reuse_address = True
-        try:
-            server.server_bind()
-            server.server_activate()
-        except BaseException:
-            server.server_close()
-            raise
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="gitea-intake", daemon=True)
-        self._thread.start()
+        self._server, self._thread = serve_in_thread(self.host, self._requested_port, Handler, "gitea-intake")
 
     @property
     def port(self) -> int:

@@ -37,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Callable
 from urllib.parse import unquote, urlsplit
+from services.http_thread import serve_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -177,21 +178,10 @@ class GitHTTPServer:
         with self._lock:
             if self._server is not None:
                 return
-            server = ThreadingHTTPServer((self.host, self._requested_port), self._handler_class(), bind_and_activate=False)
-            server.daemon_threads = True
-            server.request_queue_size = 256  # many workers may clone at once
-            server.allow_reuse_address = True
-            try:
-                server.server_bind()
-                server.server_activate()
-            except BaseException:
-                server.server_close()
-                raise
-            self._server = server
-            self._thread = threading.Thread(
-                target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="agensh-forge-http", daemon=True
+            # many workers may clone at once: a deep listen queue
+            self._server, self._thread = serve_in_thread(
+                self.host, self._requested_port, self._handler_class(), "agensh-forge-http", request_queue_size=256
             )
-            self._thread.start()
 
     def close(self) -> None:
         with self._lock:
