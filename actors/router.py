@@ -8,7 +8,7 @@ burst costs a few calls per host, not one per event, and a slow or dead host
 never holds up the others. A Ray call costs about a millisecond of CPU on each
 side, far more than routing an event, so the loops trade a little latency for
 fewer calls: a source is read at most every `linger_s` (50 ms), a host gets
-at most one call per `ship_interval_s` (50 ms), and a host that got no events
+at most one call per `ship_interval_s` (100 ms; both RoutingConfig settings), and a host that got no events
 learns the new cursors only every `cursor_sync_s`. The read loops pause while any outbox holds more
 than `max_backlog` events.
 
@@ -55,7 +55,7 @@ class _Outbox:
 class RouterActor:
     def __init__(self, router_id: str, hosts: dict, board: str, chat: str, forge: str, policy: str,
                  poll_timeout_s: float, max_backlog: int = 20_000, linger_s: float = 0.05,
-                 ship_interval_s: float = 0.05, cursor_sync_s: float = 1.0):
+                 ship_interval_s: float = 0.1, cursor_sync_s: float = 1.0):
         """hosts: host_id -> (WorkerActor name, [worker ids]); services by actor name.
 
         Names, not handles: the constructor arguments stay small and inline, so Ray can

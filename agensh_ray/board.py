@@ -334,11 +334,28 @@ EntryFields = tuple[str, str, "str | None", str, "str | None"]
 """A write request as a plain tuple: (type, text, detail, worker_id, request_id)."""
 
 
-def entry_fields(e: BoardEntryIn | dict[str, Any] | tuple) -> tuple:
-    """A write request in the tuple form the BoardActor takes (dicts and tuples pass through)."""
-    if isinstance(e, BoardEntryIn):
-        return (e.type, e.text, e.detail, e.worker_id, e.request_id)
-    return e
+Ack = tuple[int, int]
+"""A new entry's answer to its writer: (seq, ts). The writer has the rest, so the board does not send
+it back (a batch's answer is a few ints per entry, the cheapest thing Ray can carry)."""
+
+
+def entries_from_acks(requests: list[tuple], acks: list[Any]) -> list[BoardEntry | BoardError]:
+    """The entries a writer wrote, from its requests (`EntryFields` tuples) and the board's answers:
+    `(seq, ts)` for a new entry, the stored `Row` for a request id written before, a `BoardError` for a
+    refusal."""
+    out: list[BoardEntry | BoardError] = []
+    for req, ack in zip(requests, acks):
+        if isinstance(ack, tuple) and not isinstance(ack, Row):
+            if isinstance(req, dict):
+                req = tuple(req.get(k) for k in ("type", "text", "detail", "worker_id", "request_id"))
+            t, text, detail, worker, rid = req
+            # The board accepted these fields (its answer says so): no second validation.
+            out.append(BoardEntry.model_construct(
+                seq=ack[0], ts=ack[1], type=EntryType(str(getattr(t, "value", t)).strip().upper()), text=text,
+                worker_id=worker, has_detail=bool(detail), detail=detail or None, request_id=rid))
+        else:
+            out.append(ack.entry() if isinstance(ack, Row) else ack)
+    return out
 
 
 @dataclass(slots=True)
@@ -354,6 +371,8 @@ class PreparedBatch:
     """The result of `Board.prepare_batch`: what to write, and what to answer."""
 
     results: list[Row | BoardError]
+    acks: list[Ack | Row | BoardError] = field(default_factory=list)
+    """The same answers in the compact form writers get (see `entries_from_acks`)."""
     new: list[_Pending] = field(default_factory=list)
     data: bytes = b""
     next_seq_before: int = 0
@@ -636,7 +655,7 @@ class Board:
         batch may be outstanding at a time.
         """
         pb = PreparedBatch(results=[], next_seq_before=self._next_seq)
-        results, new = pb.results, pb.new
+        results, acks, new = pb.results, pb.acks, pb.new
         batch_rids: dict[tuple[str, str], Row] = {}
         seq = self._next_seq
         ts = max(int(self.clock() * 1e6), self.last_ts)  # sorted stamps, even if the wall clock steps back
@@ -647,15 +666,18 @@ class Board:
                 t, text, detail, worker, rid = self.validate(raw)
             except BoardError as err:
                 results.append(err)
+                acks.append(err)
                 continue
             if rid is not None:
                 key = (worker, rid)
                 i = self._find_request(worker, rid)
                 if i is not None:
                     results.append(self._row(i, detail=True))
+                    acks.append(results[-1])
                     continue
                 if key in batch_rids:
                     results.append(batch_rids[key])
+                    acks.append(results[-1])
                     continue
             row = Row(seq, ts, t, text, worker, detail is not None, detail, rid)
             line = f'{{"seq":{seq},"ts":{ts},"type":"{t}","text":{enc(text)},"worker_id":{enc(worker)}'
@@ -667,6 +689,7 @@ class Board:
             chunks.append(line + "}\n")
             new.append(_Pending(row, _TYPE_CODE[t]))
             results.append(row)
+            acks.append((seq, ts))
             seq += 1
         pb.data = "".join(chunks).encode("ascii")
         self._next_seq = seq  # reserved

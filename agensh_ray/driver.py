@@ -158,6 +158,7 @@ class Run:
             RouterActor.options(name=f"router-{self.run_id}-{i}").remote(
                 f"r{i}", s, f"board-{self.run_id}", f"chat-{self.run_id}", f"forge-{self.run_id}",
                 self.cfg.routing.policy, self.cfg.routing.poll_timeout_s,
+                linger_s=self.cfg.routing.linger_s, ship_interval_s=self.cfg.routing.ship_interval_s,
             )
             for i, s in enumerate(slices)
         ]

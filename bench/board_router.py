@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 from actors.board import BoardHandle, get_or_create_board  # noqa: E402
 from actors.chat import ChatActor  # noqa: E402
 from actors.router import RouterActor  # noqa: E402
+from agensh_ray.config import RoutingConfig  # noqa: E402
 from agensh_ray.models import BoardEntryIn  # noqa: E402
 from agensh_ray.routing import HostInbox, render  # noqa: E402
 
@@ -138,6 +139,16 @@ class BenchHost:
         gc.callbacks.append(on_gc)
         p0 = time.process_time()
         tasks = [asyncio.create_task(self._worker(w, speed, seed + i)) for i, w in enumerate(self.workers)]
+        lag: list[float] = []
+        self.stats["loop_lag"] = lag
+
+        async def watch_lag() -> None:  # how late the event loop runs a 10 ms timer: the host's own queueing
+            while not self._stop.is_set():
+                t = time.perf_counter()
+                await asyncio.sleep(0.01)
+                lag.append((time.perf_counter() - t - 0.01) * 1000)
+
+        tasks.append(asyncio.create_task(watch_lag()))
         await asyncio.sleep(seconds)
         self._stop.set()
         done, stuck = await asyncio.wait(tasks, timeout=30)
@@ -289,6 +300,15 @@ class RssSampler(threading.Thread):
                     pass
         return total
 
+    def descendants(self) -> list[psutil.Process]:
+        out = []
+        for pid in self.roots[:-1]:  # not the driver
+            try:
+                out += psutil.Process(pid).children(recursive=True)
+            except psutil.Error:
+                pass
+        return out
+
     def run(self) -> None:
         while not self._stop.wait(0.5):
             self.peak = max(self.peak, self.sample())
@@ -374,6 +394,20 @@ def fsync_ms(folder: Path, n: int = 100) -> dict:
     return {"fsync_p50_ms": round(pct(lat, 0.5), 2), "fsync_p99_ms": round(pct(lat, 0.99), 2)}
 
 
+def reap(procs: list[psutil.Process], grace_s: float = 5.0) -> None:
+    """Kill what is left of this instance's actor processes after `ray.shutdown()`: an async actor busy
+    at shutdown can hang in its exit path (seen here: a few BenchHosts per run, each holding
+    ~150 MiB and some CPU), and must not tax the next run."""
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    if alive:
+        print(f"killed {len(alive)} actor processes left behind by ray.shutdown()", flush=True)
+
+
 def say(t0: float, text: str) -> None:
     print(f"[{time.time() - t0:6.1f}s] {text}", flush=True)
 
@@ -386,6 +420,10 @@ def main() -> None:
     ap.add_argument("--speed", type=float, default=10.0, help="acceleration of the paper-like load")
     ap.add_argument("--load-s", type=float, default=60.0, help="seconds of paper-like load")
     ap.add_argument("--policy", default="all", choices=["all", "relevant"])
+    ap.add_argument("--ship-ms", type=float, default=RoutingConfig().ship_interval_s * 1000,
+                    help="a router's minimum interval between delivery calls to one host (RoutingConfig.ship_interval_s)")
+    ap.add_argument("--linger-ms", type=float, default=RoutingConfig().linger_s * 1000,
+                    help="a router's minimum interval between reads of one source (RoutingConfig.linger_s)")
     ap.add_argument("--grep-entries", type=int, default=1_000_000)
     ap.add_argument("--rates", default="1000,2500,5000,10000,20000,40000,60000",
                     help="offered entries/s of the capacity ramp")
@@ -417,7 +455,9 @@ def main() -> None:
         result.update(run(a, tmp, t0, sampler))
     finally:
         sampler.stop()
+        ours = sampler.descendants()
         ray.shutdown()
+        reap(ours)
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     result["peak_rss_mib"] = round(sampler.peak / 2**20)
@@ -444,7 +484,8 @@ def run(a, tmp: Path, t0: float, sampler: RssSampler) -> dict:
     n_r = max(1, min(a.routers, len(hosts)))
     slices = [{h: (f"{tag}-{h}", groups[h]) for h in list(groups)[r::n_r]} for r in range(n_r)]
     routers = [RouterActor.options(name=f"{tag}-router{r}").remote(
-        f"r{r}", s, f"board-{tag}", f"chat-{tag}", f"forge-{tag}", a.policy, 1.0) for r, s in enumerate(slices)]
+        f"r{r}", s, f"board-{tag}", f"chat-{tag}", f"forge-{tag}", a.policy, 1.0,
+        linger_s=a.linger_ms / 1000, ship_interval_s=a.ship_ms / 1000) for r, s in enumerate(slices)]
     router_pids = ray.get([r.ensure_started.remote() for r in routers])
     say(t0, f"{a.workers} workers on {len(hosts)} hosts, {len(routers)} routers, policy {a.policy}")
 
@@ -485,6 +526,9 @@ def run(a, tmp: Path, t0: float, sampler: RssSampler) -> dict:
         fanout_p50_ms=round(pct(fan, 0.5), 1), fanout_p99_ms=round(pct(fan, 0.99), 1),
     )
     rstat = ray.get([r.status.remote() for r in routers])
+    binfo = board.info()
+    say(t0, f"phase 1 inside the board: write p50 {binfo['write_ms_p50']} p99 {binfo['write_ms_p99']} ms "
+            f"({binfo['commits']} commits of {binfo['entries_committed']} entries)")
     say(t0, f"phase 1 done: {len(posts)} posts ({len(posts) / a.load_s:.0f}/s), {len(reads)} recent reads "
             f"(median size {statistics.median(sizes) if sizes else 0:.0f}), {sum(s['dms'] for s in stats)} DMs, "
             f"{sum(s['turns'] for s in stats)} turns, {sum(s['taken'] for s in stats)} items taken "
@@ -494,6 +538,9 @@ def run(a, tmp: Path, t0: float, sampler: RssSampler) -> dict:
             f"{len(fan)}/{len(probes)} probes, "
             f"{sum(s['errors'] for s in stats)} errors, stuck: {[s['stuck'] for s in stats if s['stuck']]}; routers: {sum(r['calls'] for r in rstat)} host calls, "
             f"{sum(r['shipped'] for r in rstat)} events shipped")
+    lags = [x for s in stats for x in s["loop_lag"]]
+    say(t0, f"phase 1 host event loops: timer lateness p50 {pct(lags, 0.5):.1f} p99 {pct(lags, 0.99):.1f} "
+            f"max {max(lags, default=0):.1f} ms")
     say(t0, "  " + json.dumps(out))
     for r in routers:
         ray.kill(r, no_restart=True)

@@ -9,7 +9,9 @@ chat. No launch stagger, so `launch_s` measures bringing every worker up.
 
 Prints the machine facts, progress, and as its last line one JSON object:
 workers, nodes, launch_s, first_turn_all_s, peak_rss_mib, fanout_p99_ms,
-board_post_p99_ms, deliveries_per_s, prs_merged, wall_s.
+board_post_p99_ms, deliveries_per_s, prs_merged, wall_s, and two memory
+cross-checks (see MemorySampler: peak_rss_mib is the process tree's summed
+PSS; peak_rss_sum_mib the naive RSS sum; peak_used_delta_mib the machine's).
 
     python bench/scale.py                      # 1,024 workers, 16 nodes
     python bench/scale.py --workers 128 --nodes 2 --minutes 60
@@ -51,24 +53,44 @@ def machine_facts() -> dict:
     }
 
 
-class RssSampler:
-    """Peak of the summed RSS of this process and all its descendants (Ray nodes, actors, agents)."""
+class MemorySampler:
+    """Peak memory of this process and all its descendants (the 16 Ray nodes, the actors, the agents),
+    sampled every `interval` seconds, three ways:
 
-    def __init__(self, interval: float = 1.0):
-        self.peak = 0
+    - pss: the sum of each process's proportional set size (a page shared by n processes counts 1/n
+      in each), i.e. what the process tree really occupies. This is `peak_rss_mib`.
+    - rss_sum: the sum of each process's RSS, which counts every shared page (Python, Ray's
+      libraries, forked workers' copy-on-write pages) once per process that maps it. It overstates
+      memory by the sharing: reported as `peak_rss_sum_mib` for comparison.
+    - used: the machine's used memory (total - available) above what it was at the start, a
+      cross-check that includes the kernel's own costs (page tables, socket buffers).
+    """
+
+    def __init__(self, interval: float = 2.0):
+        self.peak_pss = self.peak_rss_sum = self.peak_used = 0
+        self.used0 = self._used()
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, args=(interval,), daemon=True)
+
+    @staticmethod
+    def _used() -> int:
+        vm = psutil.virtual_memory()
+        return vm.total - vm.available
 
     def _run(self, interval: float) -> None:
         me = psutil.Process()
         while not self._stop.wait(interval):
-            total = 0
+            pss = rss = 0
             for p in [me, *me.children(recursive=True)]:
                 try:
-                    total += p.memory_info().rss
+                    m = p.memory_full_info()  # reads /proc/<pid>/smaps_rollup
                 except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
+                    continue
+                pss += m.pss
+                rss += m.rss
+            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_rss_sum = max(self.peak_rss_sum, rss)
+            self.peak_used = max(self.peak_used, self._used() - self.used0)
 
     def __enter__(self):
         self._t.start()
@@ -135,10 +157,17 @@ def main() -> None:
     t_cluster = time.time()
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "resources": {"agent_slot": per_node}, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 2, "resources": {"agent_slot": per_node}, "include_dashboard": False,
+            # No idle Python workers started ahead of need (2 per node x 16 nodes, ~50 MiB each):
+            # every process this run needs is an actor, started when it is placed.
+            "_system_config": {"prestart_worker_first_driver": False, "enable_worker_prestart": False},
+        },
     )
     for _ in range(args.nodes - 1):
-        cluster.add_node(num_cpus=2, resources={"agent_slot": per_node})
+        # A real node runs a raylet, its agents and a log monitor; the simulated ones skip the log
+        # monitor (~50 MiB each): nothing here reads their actors' logs through the driver.
+        cluster.add_node(num_cpus=2, resources={"agent_slot": per_node}, include_log_monitor=False)
     cluster.wait_for_nodes()
     print(f"cluster up in {time.time() - t_cluster:.1f}s", flush=True)
 
@@ -169,7 +198,7 @@ def main() -> None:
     t0 = time.time()
     watch = Watch(run, t0)
     watch.start()
-    with RssSampler() as rss:
+    with MemorySampler() as mem:
         summary = run.execute()
     watch.stop()
     wall = time.time() - t0
@@ -192,12 +221,14 @@ def main() -> None:
         "nodes": args.nodes,
         "launch_s": round(watch.launch_s, 1) if watch.launch_s else None,
         "first_turn_all_s": round(watch.first_turn_all_s, 1) if watch.first_turn_all_s else None,
-        "peak_rss_mib": round(rss.peak / 2**20),
+        "peak_rss_mib": round(mem.peak_pss / 2**20),
         "fanout_p99_ms": round(percentile(fanout, 0.99), 1) if fanout else None,
         "board_post_p99_ms": round(percentile(posts, 0.99), 1) if posts else None,
         "deliveries_per_s": round(deliveries / span, 1) if span else None,
         "prs_merged": summary["prs_merged"],
         "wall_s": round(wall, 1),
+        "peak_rss_sum_mib": round(mem.peak_rss_sum / 2**20),
+        "peak_used_delta_mib": round(mem.peak_used / 2**20),
     }
     ray.shutdown()
     cluster.shutdown()

@@ -7,7 +7,9 @@ import logging
 
 import pytest
 
-from agensh_ray.board import BLOCK, Board, BoardError, BoardLimits, _compile_query, apply_recent_delta
+from agensh_ray.board import (
+    BLOCK, Board, BoardError, BoardLimits, _compile_query, apply_recent_delta, entries_from_acks,
+)
 from agensh_ray.models import BoardEntry, BoardEntryIn, EntryType
 
 
@@ -385,3 +387,22 @@ def test_recent_delta_rebuilds_the_recent_view(tmp_path, clock):
     delta = b.recent_delta(readers[0][0].seq, readers[0][-1].seq)
     assert not delta.reset and len(delta.rows) < 50  # a reader that keeps up gets little
     b.close()
+
+
+def test_compact_acks_rebuild_the_entries_the_board_stored(board):
+    """Writers get (seq, ts) per new entry and rebuild the entry from their own request; a request id
+    written before answers with the stored row, a refusal with its error, all in request order."""
+    first = board.write(e("FACT", "stored earlier", request_id="r-1"))
+    reqs = [("fact", "lower-case type", None, "w1", "r-2"), ("NOPE", "x", None, "w1", "r-3"),
+            {"type": "CLAIM", "text": "from a dict", "worker_id": "w2", "detail": "more", "request_id": "r-4"},
+            ("OBSERVED", "a retry", None, "w1", "r-1")]
+    pb = board.prepare_batch(reqs)
+    board.commit_io(pb)
+    board.apply(pb)
+    got = entries_from_acks(reqs, pb.acks)
+    assert isinstance(got[1], BoardError) and "valid types" in str(got[1])
+    assert got[3] == first  # the stored entry, not the retried text
+    stored = {x.seq: x for x in board.since(0)}
+    for mine in (got[0], got[2]):
+        assert mine.model_dump() == stored[mine.seq].model_dump(exclude={"detail"}) | {"detail": mine.detail}
+    assert got[0].type is EntryType.FACT and got[2].has_detail and got[2].detail == "more"

@@ -15,7 +15,7 @@ from agensh_ray.config import RunConfig
 from agensh_ray.driver import launch_offsets, worker_ids
 from agensh_ray.harness import HarnessError, get_harness
 from agensh_ray.session import confine
-from agensh_ray.trace import SCHEMAS, TABLES, BoardRow, TraceWriter, TurnRow
+from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, BoardRow, TraceWriter, TurnRow
 
 
 def test_unknown_harness_lists_the_known_ones():
@@ -120,3 +120,23 @@ def test_trace_files_roll_by_window_not_by_flush(tmp_path):
     assert sum(pq.read_table(f).num_rows for f in files) == 12
     assert len(files) == 3  # windows of at most max_rows rows
     assert sorted(r["turn"] for f in files for r in pq.read_table(f).to_pylist()) == list(range(12))
+
+
+def test_trace_rows_by_fields_match_rows_by_model(tmp_path):
+    """The board's hot path (`write_fields`) lands the same columns as a model row, defaults included,
+    and a field the table does not have is an error naming it (not a silently dropped value)."""
+    w = TraceWriter(tmp_path, "t", "run-1", flush_interval_s=0)
+    w.write(BoardRow(ts=1, worker_id="w001", event_id="board:1", seq=1, type="FACT", text="a"))
+    w.write_fields("board", {"ts": 2, "worker_id": "w002", "event_id": "board:2", "seq": 2, "type": "CLAIM",
+                             "text": "b", "has_detail": True})
+    with pytest.raises(ValueError, match="no column.*'colour'"):
+        w.write_fields("board", {"seq": 3, "colour": "red"})
+    w.flush()
+    w.write_fields("board", {"ts": 4, "worker_id": "w003", "event_id": "board:4", "seq": 4, "type": "FAIL",
+                             "text": "c"})
+    w.close()
+    (f,) = (tmp_path / "trace" / "board").glob("*.parquet")
+    rows = pq.read_table(f).to_pylist()
+    assert [r["seq"] for r in rows] == [1, 2, 4]  # converted across two flushes, one window file
+    assert {r["schema_version"] for r in rows} == {SCHEMA_VERSION}
+    assert all(r["run_id"] == "run-1" for r in rows) and [r["has_detail"] for r in rows] == [False, True, False]
