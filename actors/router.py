@@ -7,8 +7,8 @@ in flight and sends everything that piled up meanwhile in the next one, so a
 burst costs a few calls per host, not one per event, and a slow or dead host
 never holds up the others. A Ray call costs about a millisecond of CPU on each
 side, far more than routing an event, so the loops trade a little latency for
-fewer calls: a source is read at most every `linger_s` (50 ms), a host gets
-at most one call per `ship_interval_s` (100 ms; both RoutingConfig settings), and a host that got no events
+fewer calls: a source is read at most every `linger_s` (150 ms; a RoutingConfig setting, like
+`ship_interval_s`, an optional extra spacing of the calls to one host), and a host that got no events
 learns the new cursors only every `cursor_sync_s`. The read loops pause while any outbox holds more
 than `max_backlog` events.
 
@@ -21,6 +21,7 @@ from the lowest: what a host already has is dropped by that host.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import time
@@ -54,8 +55,8 @@ class _Outbox:
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
 class RouterActor:
     def __init__(self, router_id: str, hosts: dict, board: str, chat: str, forge: str, policy: str,
-                 poll_timeout_s: float, max_backlog: int = 20_000, linger_s: float = 0.05,
-                 ship_interval_s: float = 0.1, cursor_sync_s: float = 1.0):
+                 poll_timeout_s: float, max_backlog: int = 20_000, linger_s: float = 0.15,
+                 ship_interval_s: float = 0.0, cursor_sync_s: float = 1.0):
         """hosts: host_id -> (WorkerActor name, [worker ids]); services by actor name.
 
         Names, not handles: the constructor arguments stay small and inline, so Ray can
@@ -83,6 +84,7 @@ class RouterActor:
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
         self._resumed = asyncio.get_running_loop().create_task(self._resume(), name="resume")
+        gc.freeze()  # what is alive now lives as long as the actor: full collections skip it (see actors/board.py)
 
     # -- start / resume --------------------------------------------------------------
     async def _resume(self) -> None:

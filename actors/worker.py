@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -29,6 +30,7 @@ class WorkerActor:
             host_id, worker_ids, cfg, Path(run_dir), run_id, _Services(board, chat, forge), clone_urls, start_wall,
             Path(task_root),
         )
+        gc.freeze()  # what is alive now lives as long as the actor: full collections skip it (see actors/board.py)
 
     async def start(self) -> int:
         await self.host.start()

@@ -28,12 +28,15 @@ class RoutingConfig(BaseModel):
     """Wind-down notices this many schedule seconds before the deadline (T-45 min, T-5 min)."""
     poll_timeout_s: float = 1.0
     """Long-poll timeout of a router waiting on a source (wall seconds)."""
-    linger_s: float = 0.05
-    """A router reads a source at most once per this many wall seconds, so one read carries a burst."""
-    ship_interval_s: float = 0.1
-    """A router makes at most one delivery call per WorkerActor per this many wall seconds. A Ray call
-    costs ~1 ms of CPU on each side, far more than the events it carries: at 1,024 workers on 16 hosts,
-    0.05 s made ~230 calls/s and 0.1 s ~160, for a fan-out p99 well inside 250 ms (bench/board_router.py)."""
+    linger_s: float = 0.15
+    """A router reads a source at most once per this many wall seconds and ships what it read to its
+    WorkerActors at once, so one read and one call per host carry a whole burst. A Ray call costs
+    ~1 ms of CPU on each side, far more than the events it carries; at 1,024 workers on 16 hosts
+    (bench/board_router.py, load x10) 0.05 s took 1.8 of the 2 cores, 0.15 s 1.45, with fan-out
+    p99 ~200 ms."""
+    ship_interval_s: float = 0.0
+    """Extra minimum interval between two delivery calls to one WorkerActor (0: a host gets the next
+    call as soon as its previous one returned; `linger_s` already paces them)."""
 
 
 class SimConfig(BaseModel):

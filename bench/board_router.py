@@ -425,7 +425,7 @@ def main() -> None:
     ap.add_argument("--linger-ms", type=float, default=RoutingConfig().linger_s * 1000,
                     help="a router's minimum interval between reads of one source (RoutingConfig.linger_s)")
     ap.add_argument("--grep-entries", type=int, default=1_000_000)
-    ap.add_argument("--rates", default="1000,2500,5000,10000,20000,40000,60000",
+    ap.add_argument("--rates", default="1000,2500,5000,7500,10000,15000,20000,40000,60000",
                     help="offered entries/s of the capacity ramp")
     ap.add_argument("--step-s", type=float, default=4.0)
     ap.add_argument("--cap-writers", type=int, default=4, help="hosts that write in the capacity ramp")
@@ -559,7 +559,8 @@ def run(a, tmp: Path, t0: float, sampler: RssSampler) -> dict:
         ok = p99 <= 50 and got >= 0.9 * rate
         info = cap.info()
         say(t0, f"phase 2: offered {rate:>7.0f}/s -> {got:>7.0f}/s, call p50 {pct(lat, 0.5):6.1f} ms "
-                f"p99 {p99:6.1f} ms (inside the board: p50 {info['write_ms_p50']} p99 {info['write_ms_p99']} ms) "
+                f"p99 {p99:6.1f} ms (inside the board: p50 {info['write_ms_p50']} p99 {info['write_ms_p99']} ms, "
+                f"gc pauses {info['gc_pauses']} max {info['gc_pause_max_ms']} ms) "
                 f"{'ok' if ok else 'over'}")
         if not ok:
             break
