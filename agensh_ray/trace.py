@@ -315,6 +315,9 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()
         self._closed = threading.Event()
+        self._full = threading.Event()
+        """A table's window is full: the flush thread rolls it now, not the writer (whose thread may be
+        an actor's event loop, stalled for tens of ms by a 50,000-row Parquet write)."""
         self._thread = None
         if flush_interval_s > 0:
             self._thread = threading.Thread(
@@ -341,7 +344,10 @@ class TraceWriter:
             self._count[table] += 1
             full = self._count[table] >= self.max_rows
         if full:
-            self.flush(table)
+            if self._thread is not None and not self._closed.is_set():
+                self._full.set()
+            else:
+                self.flush(table)
 
     def flush(self, only: str | None = None) -> None:
         with self._io_lock:  # one writer of the files at a time, in window order
@@ -374,7 +380,11 @@ class TraceWriter:
         tmp.replace(final)  # readers see the old or the new file, never half of one
 
     def _flush_loop(self, interval: float) -> None:
-        while not self._closed.wait(interval):
+        while not self._closed.is_set():
+            self._full.wait(interval)
+            self._full.clear()
+            if self._closed.is_set():
+                return
             try:
                 self.flush()
             except Exception:  # a failed flush must not kill the writer thread
@@ -384,6 +394,7 @@ class TraceWriter:
         if self._closed.is_set():
             return
         self._closed.set()
+        self._full.set()  # wake the flush thread so it ends
         self.flush()
 
 
