@@ -17,7 +17,8 @@ Refusals (`BoardError`) are returned as values across the Ray boundary and
 re-raised by the facade, so callers get the plain message, not a wrapped
 traceback.
 
-Hot paths at 1,024 workers: a host's concurrent writes leave in shared calls
+Hot paths at 1,024 workers: a write's answer is (seq, ts) per entry, not the
+entry (the writer has the rest); a host's concurrent writes leave in shared calls
 (`_WriteCoalescer`, client-side group commit); a host keeps its own copy of the
 recent view and asks only for what changed (`recent_delta`), so a read costs
 the new entries, not 2,000; a long grep runs in slices of a few milliseconds
@@ -44,9 +45,12 @@ from agensh_ray.board import (
 from agensh_ray.models import BoardEntry, BoardEntryIn
 from agensh_ray.trace import BoardRow, TraceWriter
 
-_BOARD_TRACE_FIELDS = ("ts", "worker_id", "event_id", "seq", "type", "text", "has_detail")
-assert {n for n, f in BoardRow.model_fields.items() if f.is_required() or f.default_factory} <= {*_BOARD_TRACE_FIELDS}
-assert set(_BOARD_TRACE_FIELDS) <= set(BoardRow.model_fields), "BoardActor._trace_backlog writes BoardRow's fields"
+_BOARD_TRACE_FIELDS = {"ts", "worker_id", "event_id", "seq", "type", "text", "has_detail"}
+"""What `BoardActor._trace_backlog` writes: every BoardRow column but run_id and schema_version (the
+trace writer fills those in). Checked at import, so the row model and this path cannot drift apart."""
+assert _BOARD_TRACE_FIELDS | {"run_id", "schema_version"} == set(BoardRow.model_fields), (
+    "BoardActor._trace_backlog must write BoardRow's columns"
+)
 
 GREP_SLICE_S = 0.004
 """A long grep yields the event loop this often (seconds), so a write waits at most about this long."""

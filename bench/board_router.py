@@ -17,10 +17,12 @@ Phases:
    sustained with a write-call p99 <= 50 ms is max_entries_per_s.
 3. grep: the second board is filled to 1,000,000 entries, then timed greps.
 
-Prints machine facts (with the disk's own fsync latency), progress, and as its last
-line one JSON object: the issue's figures plus phase1_cores (CPU the x10 load took,
-all roles), fill_entries_per_s (sustained writes with no latency bound),
-grep_1m_no_literal_ms (regexes without a word to index on) and the fsync figures.
+Prints machine facts (with the disk's own fsync latency), progress with the diagnostics
+that place a latency (CPU per role, the board's own write latency and GC pauses, how late
+the hosts' event loops run a timer), and as its last line one JSON object: the issue's
+figures plus phase1_cores (CPU the x10 load took, all roles), fill_entries_per_s
+(sustained writes with no latency bound), grep_1m_no_literal_ms (regexes without a word
+to index on) and the fsync figures. Actor processes that outlive ray.shutdown() are killed.
 Ray workers run at nice 0 and without per-call task events here (flags to change).
 
     python bench/board_router.py                 # 1,024 workers, load x10
