@@ -330,8 +330,9 @@ class TraceWriter:
 
     def write_fields(self, table: str, data: dict) -> None:
         """A row given as its fields (the hot path of the board: its rows come from entries it has
-        already validated, and a model per row would cost more than the write itself). The table's
-        Arrow schema still types every column at the next flush."""
+        already validated, and a model per row would cost more than the write itself). Columns with a
+        constant default may be left out; `ts` (a per-row default) must be given. `data` is taken over,
+        not copied. The table's Arrow schema still types every column at the next flush."""
         data["run_id"] = self.run_id
         defaults = _DEFAULTS[table]
         with self._lock:
