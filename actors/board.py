@@ -40,9 +40,9 @@ from typing import Any
 import ray
 
 from agensh_ray.board import (
-    Board, BoardError, BoardLimits, RecentDelta, Row, apply_recent_delta, entries_from_acks,
+    Board, BoardError, BoardLimits, RecentDelta, Row, _seq_of, apply_recent_delta, entries_from_acks,
 )
-from agensh_ray.models import BoardEntry, BoardEntryIn
+from agensh_ray.models import BoardEntry, BoardEntryIn, EntryType
 from agensh_ray.trace import BoardRow, TraceWriter
 
 _BOARD_TRACE_FIELDS = {"ts", "worker_id", "event_id", "seq", "type", "text", "has_detail"}
@@ -353,6 +353,9 @@ class _RecentReader:
 
     async def read(self) -> list[BoardEntry]:
         h = self.handle
+        fed = h._fed_view(self.loop.time())
+        if fed is not None:
+            return fed
         if not h._wrote and self.loop.time() - h._view_at < h.RECENT_MAX_AGE_S and not self.waiters:
             return h._view
         fut: asyncio.Future[list[BoardEntry]] = self.loop.create_future()
@@ -373,6 +376,7 @@ class _RecentReader:
                 self.rows += len(delta.rows)
                 view = h._merge_view(held, delta)
                 h._view_at = started
+                h._fetched(delta)
             except BaseException as exc:
                 h._wrote = True  # unknown: fetch again next time
                 for w in waiters:
@@ -384,6 +388,10 @@ class _RecentReader:
             for w in waiters:
                 if not w.done():
                     w.set_result(view)
+
+
+def _oldest_claim(entries: list[BoardEntry]) -> int | None:
+    return min((e.ts for e in entries if e.type is EntryType.CLAIM), default=None)
 
 
 def _pct(xs: Any, q: float) -> float | None:
@@ -430,6 +438,13 @@ class BoardHandle:
     errors in place instead, so one bad entry does not hide the others).
     """
 
+    FED_MAX_AGE_S = 2.0
+    """A WorkerActor's copy of the recent view is kept current by the board events its router delivers
+    (`observe`): `arecent` answers from it, without a call, while deliveries keep coming (a router
+    that stops delivering for this long sends readers back to the board)."""
+    VIEW_SLACK = 1000
+    """Entries a fed copy keeps beyond the view's size, for CLAIMs that expire out of it."""
+
     RECENT_MAX_AGE_S = 0.5
     """`arecent` may answer from this process's copy of the view if it was fetched less than this long
     ago and this process wrote nothing since (so a worker always sees its own writes). 64 workers
@@ -444,6 +459,18 @@ class BoardHandle:
         """Loop time at which the fetch that produced `_view` started."""
         self._wrote = False
         """A write from this process was acknowledged after that fetch started."""
+        self._exact = -1
+        """`_view` holds every entry of the board up to this seq (-1: not known to be exact)."""
+        self._fed_at = float("-inf")
+        """Loop time of the last delivery that kept `_view` exact (see `observe`)."""
+        self._trimmed = False
+        """`observe` dropped old entries from `_view` since the last fetch."""
+        self._limit = 0
+        self._claim_ttl_us = 0
+        self._oldest_claim_ts: int | None = None
+        """The oldest CLAIM stamp in `_view` (None: none there), so a read filters only when one expired."""
+        self._own: list[BoardEntry] = []
+        """This process's acknowledged writes that the delivery stream has not brought yet."""
         self._writer: _WriteCoalescer | None = None
         self._reader: _RecentReader | None = None
 
@@ -462,6 +489,60 @@ class BoardHandle:
         if not self._view or not view or view[-1].seq >= self._view[-1].seq:
             self._view = view  # keep the newest of concurrent answers
         return view
+
+    def _fetched(self, delta: RecentDelta) -> None:
+        """A fetch made the copy exact up to the board's newest entry."""
+        if self._view and self._view[-1].seq > delta.last_seq:
+            return  # a newer answer (or delivery) already moved the copy on
+        self._exact, self._trimmed = delta.last_seq, False
+        self._limit, self._claim_ttl_us = delta.limit, delta.claim_ttl_us
+        self._own = [e for e in self._own if e.seq > self._exact]
+        self._oldest_claim_ts = _oldest_claim(self._view)
+
+    def observe(self, rows: list[Row], cursor: int | None) -> None:
+        """Board entries delivered to this process (seq order; ones it had are skipped) and the board
+        cursor they bring it to. Keeps the recent-view copy exact if they continue it without a gap;
+        else the copy is left to age and the next read fetches."""
+        if self._exact < 0:
+            return
+        rows = [r for r in rows if r.seq > self._exact]
+        if rows and rows[0].seq != self._exact + 1:
+            self._exact = -1  # a gap: this copy is no longer exact
+            return
+        if rows:
+            new = [r.entry() for r in rows]
+            self._view = self._view + new  # a new list: answers already given stay as they were
+            self._exact = rows[-1].seq
+            if len(self._view) > self._limit + 2 * self.VIEW_SLACK:
+                self._view = self._view[-(self._limit + self.VIEW_SLACK):]
+                self._trimmed = True
+                self._oldest_claim_ts = _oldest_claim(self._view)
+            elif self._oldest_claim_ts is None:
+                self._oldest_claim_ts = _oldest_claim(new)
+            self._own = [e for e in self._own if e.seq > self._exact]
+        if cursor is not None and cursor > self._exact:
+            self._exact = -1  # entries up to the cursor went by without reaching this copy
+            return
+        self._fed_at = time.monotonic()  # the clock of asyncio's loop.time()
+
+    def _fed_view(self, now: float) -> list[BoardEntry] | None:
+        """The recent view from the fed copy and this process's own newer writes, or None if the
+        copy cannot answer (not exact, not fed lately, or too many expired CLAIMs to fill it)."""
+        if self._exact < 0 or now - self._fed_at >= self.FED_MAX_AGE_S:
+            return None
+        cutoff = int(time.time() * 1e6) - self._claim_ttl_us
+        claim = EntryType.CLAIM
+        if self._oldest_claim_ts is not None and self._oldest_claim_ts < cutoff:
+            # A CLAIM expired: out of the copy for good (expiry only moves forward).
+            self._view = [e for e in self._view if e.type is not claim or e.ts >= cutoff]
+            self._oldest_claim_ts = _oldest_claim(self._view)
+        view = self._view
+        own = [e for e in self._own if e.seq > self._exact and (e.type is not claim or e.ts >= cutoff)]
+        if own:  # all newer than the copy's entries
+            view = view + sorted(own, key=_seq_of)
+        if len(view) < self._limit and self._trimmed:
+            return None
+        return view[-self._limit:] if len(view) > self._limit > 0 else view
 
     @staticmethod
     def _cut(view: list[BoardEntry], limit: int | None) -> list[BoardEntry]:
@@ -522,7 +603,10 @@ class BoardHandle:
         wire = [_wire(e) for e in entries]
         res = await self._coalescer().write(wire)
         self._wrote = True
-        return entries_from_acks(wire, res)
+        out = entries_from_acks(wire, res)
+        if self._exact >= 0:  # a fed copy shows this process its own writes until the stream brings them
+            self._own += [e for e in out if isinstance(e, BoardEntry) and e.seq > self._exact]
+        return out
 
     async def arecent(self, limit: int | None = None) -> list[BoardEntry]:
         """The recent view as of this call or later; this process keeps a copy, fetches only what changed

@@ -388,6 +388,12 @@ class RecentDelta(NamedTuple):
     """CLAIMs stamped before this (board clock, us) are not in the view."""
     rows: list[Row]
     """The entries the reader lacks, oldest first, without details."""
+    last_seq: int = 0
+    """The board's newest seq when it answered: the view is complete up to here."""
+    limit: int = 0
+    """The view's size (`BoardLimits.recent_limit`)."""
+    claim_ttl_us: int = 0
+    """How long a CLAIM stays in the view (board clock, us)."""
 
 
 def apply_recent_delta(held: list[BoardEntry], delta: RecentDelta) -> list[BoardEntry]:
@@ -828,7 +834,8 @@ class Board:
             spans = [(i0, max(i0, bisect_left(self._seq, have_lo))), (max(i0, bisect_right(self._seq, have_hi)), n)]
         ts, types = self._ts, self._type
         rows = [self._row(j) for a, b in spans for j in range(a, b) if types[j] != _CLAIM_CODE or ts[j] >= cutoff]
-        return RecentDelta(reset, first, cutoff, rows)
+        return RecentDelta(reset, first, cutoff, rows, self.last_seq, self.limits.recent_limit,
+                           int(self.limits.claim_ttl_s * 1e6))
 
     def _row(self, i: int, detail: bool = False) -> Row:
         s, a, e = self._locate(i)

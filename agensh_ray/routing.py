@@ -29,6 +29,7 @@ from heapq import merge
 from operator import itemgetter
 from typing import Any, Iterable, NamedTuple
 
+from agensh_ray.board import Row
 from agensh_ray.models import BoardEntry, ChatMessage, EntryType, ForgeEvent, now_us
 
 SOURCES = ("board", "chat", "forge")
@@ -90,6 +91,8 @@ class Event(NamedTuple):
     low: tuple[str, ...] | None = ()
     label: str = ""
     """The board entry type (summaries count them per type)."""
+    row: Row | None = None
+    """A board event's entry (without detail): the host keeps its copy of the recent view from it."""
 
     @property
     def event_id(self) -> str:
@@ -200,7 +203,8 @@ class Fanout:
         out: dict[str, list[Event]] = defaultdict(list)
         ts = now_us()
         for e in entries:
-            base = Event("board", e.seq, "board", board_text(e), e.worker_id, ts, label=e.type.value)
+            row = Row(e.seq, e.ts, e.type.value, e.text, e.worker_id, e.has_detail)
+            base = Event("board", e.seq, "board", board_text(e), e.worker_id, ts, label=e.type.value, row=row)
             if self.policy == "all" or e.type is EntryType.FAIL:
                 ev = base._replace(high=None)
                 for h in self.hosts:

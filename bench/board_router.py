@@ -113,6 +113,7 @@ class BenchHost:
         for ev in events:
             if ev.author == PROBE:
                 self.probe_seen[ev.seq] = now
+        self.board.observe([ev.row for ev in events if ev.row is not None], cursors.get("board"))
         return self.inbox.accept(events, cursors)
 
     def cursors(self) -> dict[str, int]:

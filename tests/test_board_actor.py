@@ -14,7 +14,7 @@ import pytest
 import ray
 
 from actors.board import BoardHandle, get_or_create_board
-from agensh_ray.board import BoardError, BoardLimits
+from agensh_ray.board import BoardError, BoardLimits, Row
 from agensh_ray.models import BoardEntry, BoardEntryIn
 
 
@@ -189,3 +189,34 @@ def test_slow_grep_is_stopped_and_says_how_far_it_got(ray_session, tmp_path):
         assert [x.seq for x in h.grep("entry", limit=2)] == [3000, 2999]  # done inside the first block
     finally:
         h.kill()
+
+
+def test_recent_view_fed_by_deliveries_answers_without_calls(ray_session, tmp_path):
+    """A host's copy of the recent view follows the board events its router delivers: reads then
+    cost no call, show this process's own writes at once, drop CLAIMs past their TTL, and go back to
+    the board when the stream has a gap or stops."""
+    writer = get_or_create_board(f"fed-{uuid.uuid4().hex[:6]}", tmp_path / "b.jsonl", time_scale=3600.0)  # TTL 1 s
+    reader = BoardHandle(writer.actor, name=writer.name)
+
+    def rows(entries):
+        return [Row(x.seq, x.ts, x.type.value, x.text, x.worker_id, x.has_detail) for x in entries]
+
+    async def main():
+        first = [await writer.awrite(e(f"before {i}")) for i in range(3)]
+        assert [x.seq for x in await reader.arecent()] == [1, 2, 3]  # the first read fetches
+        fetches = reader._reader.fetches
+        claim = await writer.awrite(e("parser", type="CLAIM", worker="w2"))
+        more = [claim] + [await writer.awrite(e(f"after {i}")) for i in range(2)]
+        reader.observe(rows(first[1:] + more), more[-1].seq)  # a replayed entry is skipped
+        mine = await reader.awrite(e("my own write", worker="w9"))  # not delivered yet, seen at once
+        view = await reader.arecent()
+        assert [x.seq for x in view] == [1, 2, 3, 4, 5, 6, mine.seq] and reader._reader.fetches == fetches
+        await asyncio.sleep(1.2)  # the CLAIM's TTL (1 schedule hour at x3600) passes
+        reader.observe([], more[-1].seq)
+        assert claim.seq not in [x.seq for x in await reader.arecent()] and reader._reader.fetches == fetches
+        later = await writer.awrite(e("delivered late"))
+        reader.observe(rows([later]), later.seq)  # skips `mine` (seq 7): a gap, the copy is not exact
+        assert [x.seq for x in await reader.arecent()][-2:] == [mine.seq, later.seq]
+        assert reader._reader.fetches == fetches + 1  # ... so that read asked the board
+
+    asyncio.run(main())
