@@ -419,7 +419,7 @@ class WorkerHost:
 
     # -- router intake ---------------------------------------------------------------
     def deliver(self, deliveries: list[Delivery], cursors: dict[str, int]) -> int:
-        observe = getattr(self.services.board, "observe", None)
+        observe = getattr(getattr(self.services, "board", None), "observe", None)
         if observe is not None:  # the host's copy of the recent view follows the board stream
             observe([r for d in deliveries if (r := getattr(d, "row", None)) is not None], cursors.get("board"))
         new = self.inbox.accept(deliveries, cursors)
