@@ -1,4 +1,4 @@
-"""ChatActor: a chat (services.registry: the embedded one, or the Mattermost
+"""ChatActor: a chat (agensh_ray.services.registry: the embedded one, or the Mattermost
 adapter with its websocket stream) inside a Ray actor, plus a long poll for
 routers.
 
@@ -18,7 +18,7 @@ import ray
 
 from agensh_ray.models import ChatMessage
 from agensh_ray.trace import MessageRow, TraceWriter
-from services.registry import make_chat
+from agensh_ray.services.registry import make_chat
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)

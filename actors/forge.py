@@ -1,4 +1,4 @@
-"""ForgeActor: a forge (services.registry: the embedded one with its git
+"""ForgeActor: a forge (agensh_ray.services.registry: the embedded one with its git
 smart-HTTP server, or the Gitea adapter with its webhook intake) inside
 a Ray actor. Threaded, so the HTTP server and API calls run side by side; the
 forge serialises what must be serialised."""
@@ -12,7 +12,7 @@ import ray
 
 from agensh_ray.models import ForgeEvent, PullRequest
 from agensh_ray.trace import ForgeRow, IntakeRow, PrChangeRow, TraceWriter, diff_changes
-from services.registry import make_forge
+from agensh_ray.services.registry import make_forge
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)

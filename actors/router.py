@@ -61,7 +61,7 @@ class RouterActor:
 
         Names, not handles: the constructor arguments stay small and inline, so Ray can
         always restart this actor. The source loops start by themselves (also after a restart)."""
-        from actors.board import BoardHandle
+        from agensh_ray.actors.board import BoardHandle
 
         self.router_id = router_id
         self.handles = {h: ray.get_actor(name) for h, (name, _) in hosts.items()}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import ray
 
-from actors.proxy import AsyncProxy
+from agensh_ray.actors.proxy import AsyncProxy
 from agensh_ray.config import RunConfig
 from agensh_ray.models import Delivery
 from agensh_ray.worker import WorkerHost

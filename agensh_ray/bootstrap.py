@@ -70,7 +70,7 @@ def write_secrets(path: Path, data: dict) -> None:
 
 class GiteaBootstrap:
     def __init__(self, url: str, admin_token: str, org: str, repo: str, old: dict | None):
-        from services.forge.gitea import GiteaClient
+        from agensh_ray.services.forge.gitea import GiteaClient
 
         self.client = GiteaClient(url)
         self.url = self.client.url
@@ -229,7 +229,7 @@ def bootstrap_gitea(args, workers: list[str], task, old: dict) -> dict:
 
 
 def bootstrap_mattermost(args, workers: list[str], old: dict) -> dict:
-    from services.chat.mattermost import MattermostClient
+    from agensh_ray.services.chat.mattermost import MattermostClient
 
     admin = read_secret_file(args.mattermost_token_file)
     mm = MattermostClient(args.mattermost_url)
@@ -302,7 +302,7 @@ def parse_args(argv: list[str] | None = None):
 def main(argv: list[str] | None = None) -> int:
     from agensh_ray.driver import worker_ids
     from agensh_ray.task import Task, TaskError
-    from services.chat.embedded import ChatError
+    from agensh_ray.services.chat.embedded import ChatError
 
     args = parse_args(argv)
     try:

@@ -109,8 +109,8 @@ class Run:
         self._owns_ray = True
 
     def _bootstrap(self) -> None:
-        from actors.board import get_or_create_board
-        from services.registry import make_services
+        from agensh_ray.actors.board import get_or_create_board
+        from agensh_ray.services.registry import make_services
 
         rd = str(self.run_dir)
         starter = self.run_dir / "starter"
@@ -128,8 +128,8 @@ class Run:
         self.driver_trace = TraceWriter(self.run_dir, "driver", self.run_id)
 
     def _start_hosts(self) -> None:
-        from actors.router import RouterActor
-        from actors.worker import WorkerActor
+        from agensh_ray.actors.router import RouterActor
+        from agensh_ray.actors.worker import WorkerActor
 
         k = self.cfg.workers_per_actor
         groups = [self.workers[i : i + k] for i in range(0, len(self.workers), k)]

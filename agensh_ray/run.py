@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--run-id", default=None, help="run id (default: a UTC timestamp)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     # -- services (services/registry.py; production: services/README.md) --
-    from services.registry import CHATS, FORGES
+    from agensh_ray.services.registry import CHATS, FORGES
 
     p.add_argument("--forge", default="embedded", choices=list(FORGES), help="forge implementation")
     p.add_argument("--chat", default="embedded", choices=list(CHATS), help="chat implementation")

@@ -507,7 +507,7 @@ class WorkerHost:
     async def _call(self, coro):
         """Turn service refusals into messages the model can act on."""
         from agensh_ray.board import BoardError
-        from services.chat.embedded import ChatError
+        from agensh_ray.services.chat.embedded import ChatError
         from agensh_ray.models import ForgeError
 
         try:

@@ -5,7 +5,7 @@ wide run therefore leaves hundreds of thousands of small files, and DuckDB pays 
 file on every scan (measured on the 2-core dev box: 20,000 files turn an 8 s report
 into 40 s). Compaction is lossless and idempotent:
 
-    python -m analysis.compact runs/<run_id>
+    python -m agensh_ray.analysis.compact runs/<run_id>
 
 For each table and each writer (`<writer>-<pid>-<nonce>`), DuckDB streams the files
 into `<writer>-<pid>-<nonce>-compact-<first>-<last>.parquet`, written under a
@@ -93,7 +93,7 @@ def compact_run(run_dir: Path, min_age_s: float | None = None) -> dict[str, tupl
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m analysis.compact", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agensh_ray.analysis.compact", description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     ap.add_argument("--min-age", type=float, default=None,
                     help="only files older than this many seconds (default: 0 for a finished run, 120 for a live one)")

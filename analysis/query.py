@@ -1,7 +1,7 @@
 """Print the answers of question files for one run, finished or still running.
 
-    python -m analysis.query runs/<run_id>               # every question
-    python -m analysis.query runs/<run_id> merges idle   # some
+    python -m agensh_ray.analysis.query runs/<run_id>               # every question
+    python -m agensh_ray.analysis.query runs/<run_id> merges idle   # some
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from analysis.views import connect, query_names, query_sql, statements
+from agensh_ray.analysis.views import connect, query_names, query_sql, statements
 
 
 def main(argv: list[str] | None = None) -> None:
     names = query_names()
-    ap = argparse.ArgumentParser(prog="python -m analysis.query", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agensh_ray.analysis.query", description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (runs/<run_id>)")
     ap.add_argument("queries", nargs="*", metavar="QUERY", help=f"question files to run (default all): {', '.join(names)}")
     ap.add_argument("--prices", type=Path, default=None, help="price table CSV (default analysis/prices.csv)")

@@ -4,7 +4,7 @@ run's trace, as a self-contained HTML page (plots embedded) and a Markdown file
 also puts them side by side: final score and time to 30%/50% against worker
 count (the paper's figures 5 and 6).
 
-    python -m analysis.report runs/A runs/B --out report/
+    python -m agensh_ray.analysis.report runs/A runs/B --out report/
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.views import connect, query_names, run_query
+from agensh_ray.analysis.views import connect, query_names, run_query
 
 TOP = 20
 """Rows shown per table in the report (every row is in the CSV files)."""
@@ -59,7 +59,7 @@ def analyse(run_dir: Path, prices: Path | None = None, memory_limit: str | None 
     files = sum(1 for _ in (run_dir / "trace").glob("*/*.parquet"))
     if files > MANY_FILES:
         print(f"note: {run_dir} has {files:,} trace files; every scan pays per file, so "
-              f"`python -m analysis.compact {run_dir}` first makes this report much faster", file=sys.stderr)
+              f"`python -m agensh_ray.analysis.compact {run_dir}` first makes this report much faster", file=sys.stderr)
     con = connect(run_dir, prices=prices)
     if memory_limit:
         con.execute(f"SET memory_limit = '{memory_limit}'")
@@ -483,7 +483,7 @@ def write_report(run_dirs: list[Path], out: Path, prices: Path | None = None, me
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
-        prog="python -m analysis.report",
+        prog="python -m agensh_ray.analysis.report",
         description="Write an HTML page (self-contained) and a Markdown file with tables and plots about one or "
         "more runs: score over time, the PR funnel, roles, the DM graph, cost per worker, claims, hotspots, idle "
         "time; with several runs, final score and time to 30%/50% against worker count. Also writes every "

@@ -1,8 +1,8 @@
 """docs/trace.md, generated from the trace row models (agensh_ray/trace.py), so the
 documentation of every table and column cannot drift from what the writers write.
 
-    python -m analysis.trace_doc --write    # rewrite docs/trace.md
-    python -m analysis.trace_doc            # exit 1 if it is stale
+    python -m agensh_ray.analysis.trace_doc --write    # rewrite docs/trace.md
+    python -m agensh_ray.analysis.trace_doc            # exit 1 if it is stale
 """
 
 from __future__ import annotations
@@ -13,20 +13,20 @@ import sys
 from pathlib import Path
 
 from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, TraceRow
-from analysis.views import duck_type
+from agensh_ray.analysis.views import duck_type
 
 DOC = Path(__file__).parents[1] / "docs" / "trace.md"
 
 _INTRO = """\
 # The run trace
 
-<!-- Generated from agensh_ray/trace.py by `python -m analysis.trace_doc --write`;
+<!-- Generated from agensh_ray/trace.py by `python -m agensh_ray.analysis.trace_doc --write`;
      tests/test_analysis.py fails when this file and the row models disagree. -->
 
 Every event of a run lands in Parquet, one folder per table:
 `runs/<run_id>/trace/<table>/<writer>-<pid>-<nonce>-<n>.parquet`. Each writer (an actor)
 buffers its rows and writes a new file every 2 seconds, so a run can be queried while it
-runs; `python -m analysis.compact RUN_DIR` merges each writer's files afterwards.
+runs; `python -m agensh_ray.analysis.compact RUN_DIR` merges each writer's files afterwards.
 `analysis/views.sql` defines one DuckDB view per table (every column below, typed; columns
 that older files lack read as null), and `analysis/*.sql` answer questions over them.
 
@@ -78,7 +78,7 @@ def _schema_history() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m analysis.trace_doc", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agensh_ray.analysis.trace_doc", description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"rewrite {DOC}")
     args = ap.parse_args(argv)
     if args.write:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         DOC.write_text(render())
         print(f"wrote {DOC}")
     elif not DOC.is_file() or DOC.read_text() != render():
-        raise SystemExit(f"{DOC} is stale: run python -m analysis.trace_doc --write")
+        raise SystemExit(f"{DOC} is stale: run python -m agensh_ray.analysis.trace_doc --write")
     else:
         print(f"{DOC} matches agensh_ray/trace.py")
 

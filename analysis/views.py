@@ -2,7 +2,7 @@
 question files (analysis/*.sql) over it.
 
 views.sql has two parts: one view per trace table, generated from the row
-models in agensh_ray.trace (`python -m analysis.views --write` rewrites that
+models in agensh_ray.trace (`python -m agensh_ray.analysis.views --write` rewrites that
 part; a test fails when it is stale), then hand-written derived views (the run,
 its PRs, its workers and their roles). A table the run never wrote gets an
 empty view with the right columns, so every query runs on every run, finished
@@ -138,7 +138,7 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str) -> tuple[list[str], lis
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
-        prog="python -m analysis.views",
+        prog="python -m agensh_ray.analysis.views",
         description="Rewrite the generated table views of analysis/views.sql from agensh_ray/trace.py, "
         "or check that they are current.",
     )
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         write_views_sql()
         print(f"wrote {VIEWS_SQL}")
     elif not views_sql_is_current():
-        raise SystemExit(f"{VIEWS_SQL} is stale: run python -m analysis.views --write")
+        raise SystemExit(f"{VIEWS_SQL} is stale: run python -m agensh_ray.analysis.views --write")
     else:
         print(f"{VIEWS_SQL} matches agensh_ray/trace.py")
 

@@ -6,7 +6,7 @@
 --   .read analysis/views.sql
 --   .read analysis/merges.sql
 -- In the CLI every table must have at least one Parquet file (agensh_ray.trace.write_schema_files
--- writes an empty _schema.parquet per table); analysis.views.connect() (Python) needs none: it
+-- writes an empty _schema.parquet per table); agensh_ray.analysis.views.connect() (Python) needs none: it
 -- gives a table the run never wrote an empty view with the right columns.
 --
 -- Times: `ts` columns are UTC timestamps. Durations in the question files are *schedule

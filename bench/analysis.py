@@ -10,7 +10,7 @@ colliding claims, DMs, ~8k PRs with reviews, conflicts and diff snapshots, a sco
 10 minutes. The remaining event budget goes to deliveries. Each writer's rows are written
 in time order, `--rows-per-file` rows per file (the writer's max_rows).
 
-Then it times `python -m analysis.report RUN --out DIR` in a subprocess (every query and
+Then it times `python -m agensh_ray.analysis.report RUN --out DIR` in a subprocess (every query and
 every plot) and reads that process's peak RSS. Prints the machine, then as its last line one
 JSON object: events, generate_s, report_s, peak_rss_mib (medians over --runs report runs), and
 report_cpu_s (the report's user+system CPU time: on a shared, busy box the honest figure).
@@ -316,10 +316,10 @@ def machine() -> dict:
 
 
 def time_report(run: Path, out: Path) -> tuple[float, float, float]:
-    """Wall seconds, CPU seconds and peak RSS (MiB) of one `python -m analysis.report` process."""
+    """Wall seconds, CPU seconds and peak RSS (MiB) of one `python -m agensh_ray.analysis.report` process."""
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "analysis.report", str(run), "--out", str(out)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "agensh_ray.analysis.report", str(run), "--out", str(out)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - t0

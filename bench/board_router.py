@@ -53,9 +53,9 @@ import ray
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from actors.board import BoardHandle, get_or_create_board  # noqa: E402
-from actors.chat import ChatActor  # noqa: E402
-from actors.router import RouterActor  # noqa: E402
+from agensh_ray.actors.board import BoardHandle, get_or_create_board  # noqa: E402
+from agensh_ray.actors.chat import ChatActor  # noqa: E402
+from agensh_ray.actors.router import RouterActor  # noqa: E402
 from agensh_ray.config import RoutingConfig  # noqa: E402
 from agensh_ray.models import BoardEntryIn  # noqa: E402
 from agensh_ray.routing import HostInbox, render  # noqa: E402

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from agensh_ray.config import RoutingConfig, RunConfig, SimConfig  # noqa: E402
 from agensh_ray.driver import Run  # noqa: E402
 from agensh_ray.task import Task  # noqa: E402
-from analysis.views import connect  # noqa: E402
+from agensh_ray.analysis.views import connect  # noqa: E402
 
 
 def machine_facts() -> dict:

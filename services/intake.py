@@ -41,7 +41,7 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from agensh_ray.models import ForgeEvent, now_us
-from services.http_thread import serve_in_thread
+from agensh_ray.services.http_thread import serve_in_thread
 
 log = logging.getLogger(__name__)
 

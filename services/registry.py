@@ -37,7 +37,7 @@ def make_forge(name: str, root: Path, options: dict | None = None):
     _check("forge", name, FORGES)
     options = options or {}
     if name == "embedded":
-        from services.forge.embedded import EmbeddedForge
+        from agensh_ray.services.forge.embedded import EmbeddedForge
 
         # On a cluster the agents of other nodes clone and push here: listen on this node's address.
         host = "127.0.0.1"
@@ -47,7 +47,7 @@ def make_forge(name: str, root: Path, options: dict | None = None):
             host = ray.util.get_node_ip_address()
         forge = EmbeddedForge(Path(root), host=host)
     else:
-        from services.forge.gitea import GiteaForge
+        from agensh_ray.services.forge.gitea import GiteaForge
 
         forge = GiteaForge.from_secrets(Path(_need(options, "secrets", "--forge gitea")), Path(root),
                                         url=options.get("gitea_url"), intake_listen=options.get("intake_listen"))
@@ -60,10 +60,10 @@ def make_chat(name: str, root: Path, options: dict | None = None):
     _check("chat", name, CHATS)
     options = options or {}
     if name == "embedded":
-        from services.chat.embedded import EmbeddedChat
+        from agensh_ray.services.chat.embedded import EmbeddedChat
 
         return EmbeddedChat(Path(root))
-    from services.chat.mattermost import MattermostChat
+    from agensh_ray.services.chat.mattermost import MattermostChat
 
     chat = MattermostChat.from_secrets(Path(_need(options, "secrets", "--chat mattermost")), Path(root),
                                        url=options.get("mattermost_url"))
@@ -81,8 +81,8 @@ def service_options(cfg: Any) -> dict:
 
 def make_services(cfg: Any, run_dir: Path, run_id: str) -> tuple[Any, Any]:
     """(chat actor, forge actor) for a run, named chat-<run_id> and forge-<run_id>."""
-    from actors.chat import ChatActor
-    from actors.forge import ForgeActor
+    from agensh_ray.actors.chat import ChatActor
+    from agensh_ray.actors.forge import ForgeActor
 
     _check("forge", cfg.forge, FORGES)
     _check("chat", cfg.chat, CHATS)

@@ -14,8 +14,8 @@ import duckdb
 import pytest
 
 from agensh_ray.trace import TABLES, LifecycleRow, ScoreRow, TraceWriter, TurnRow, write_schema_files
-from analysis import trace_doc
-from analysis.views import VIEWS_SQL, connect, query_names, query_sql, run_query, statements, views_sql_is_current
+from agensh_ray.analysis import trace_doc
+from agensh_ray.analysis.views import VIEWS_SQL, connect, query_names, query_sql, run_query, statements, views_sql_is_current
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUNS = ["run_small", "run_empty"]
@@ -84,11 +84,11 @@ def test_every_query_file_says_what_it_answers():
 
 
 def test_views_sql_matches_the_row_models():
-    assert views_sql_is_current(), "analysis/views.sql is stale: run python -m analysis.views --write"
+    assert views_sql_is_current(), "analysis/views.sql is stale: run python -m agensh_ray.analysis.views --write"
 
 
 def test_trace_doc_matches_the_row_models():
-    assert trace_doc.DOC.read_text() == trace_doc.render(), "docs/trace.md is stale: run python -m analysis.trace_doc --write"
+    assert trace_doc.DOC.read_text() == trace_doc.render(), "docs/trace.md is stale: run python -m agensh_ray.analysis.trace_doc --write"
 
 
 def test_every_trace_column_is_documented():

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 from agensh_ray.trace import BoardRow, LifecycleRow, TraceWriter, TurnRow
-from analysis.compact import JOURNAL, compact_run
-from analysis.views import connect, run_query
+from agensh_ray.analysis.compact import JOURNAL, compact_run
+from agensh_ray.analysis.views import connect, run_query
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import report
+from agensh_ray.analysis import report
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PLOTS = ["funnel", "roles", "dm_graph", "cost"]

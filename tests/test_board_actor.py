@@ -13,7 +13,7 @@ import uuid
 import pytest
 import ray
 
-from actors.board import BoardHandle, get_or_create_board
+from agensh_ray.actors.board import BoardHandle, get_or_create_board
 from agensh_ray.board import BoardError, BoardLimits, Row
 from agensh_ray.models import BoardEntry, BoardEntryIn
 

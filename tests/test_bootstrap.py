@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from services.fakes.contract import missing_specs
+from agensh_ray.services.fakes.contract import missing_specs
 
 SKIP = missing_specs("gitea", "mattermost")
 pytestmark = [
@@ -30,7 +30,7 @@ def counts(stack) -> dict:
 
 
 def test_bootstrap_twice_creates_everything_once(tmp_path):
-    from services.fakes import FakeStack
+    from agensh_ray.services.fakes import FakeStack
 
     with FakeStack(tmp_path, workers=2) as stack:
         secrets = json.loads(stack.secrets.read_text())
@@ -67,7 +67,7 @@ def test_bootstrap_twice_creates_everything_once(tmp_path):
 
 
 def test_a_lost_secrets_file_replaces_tokens_instead_of_adding(tmp_path):
-    from services.fakes import FakeStack
+    from agensh_ray.services.fakes import FakeStack
 
     with FakeStack(tmp_path, workers=1, mattermost=False) as stack:
         old = json.loads(stack.secrets.read_text())["gitea"]["users"]["w001"]["token"]

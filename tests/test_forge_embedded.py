@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agensh_ray.models import ForgeError, MergeConflict
-from services.forge.embedded import PROTECTION_MESSAGE, EmbeddedForge
+from agensh_ray.services.forge.embedded import PROTECTION_MESSAGE, EmbeddedForge
 
 STARTER = {
     "README.md": "# starter\n",

@@ -1,5 +1,5 @@
 """The Gitea adapter through real HTTP and real git against the fake Gitea,
-every request and response checked against ../shared/specs/gitea-swagger.v1.json."""
+every request and response checked against services/fakes/specs/gitea-swagger.v1.json."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agensh_ray.models import ForgeError, MergeConflict
-from services.fakes.contract import missing_specs
+from agensh_ray.services.fakes.contract import missing_specs
 
 SKIP = missing_specs("gitea")
 pytestmark = [
@@ -33,7 +33,7 @@ def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    from services.fakes import FakeStack
+    from agensh_ray.services.fakes import FakeStack
 
     with FakeStack(tmp_path_factory.mktemp("gitea"), workers=3, mattermost=False) as s:
         yield s
@@ -41,7 +41,7 @@ def stack(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def forge(stack, tmp_path_factory):
-    from services.forge.gitea import GiteaForge
+    from agensh_ray.services.forge.gitea import GiteaForge
 
     f = GiteaForge.from_secrets(stack.secrets, tmp_path_factory.mktemp("forge-state"),
                                 intake_listen=stack.intake_listen, merge_wait_s=20)

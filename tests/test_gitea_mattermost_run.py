@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from services.fakes.contract import missing_specs
+from agensh_ray.services.fakes.contract import missing_specs
 
 SKIP = missing_specs("gitea", "mattermost")
 pytestmark = [
@@ -26,7 +26,7 @@ def test_three_sim_workers_on_gitea_and_mattermost(ray_session, tmp_path):
     from agensh_ray.driver import Run
     from agensh_ray.run import parse_args
     from agensh_ray.task import Task
-    from services.fakes import FakeStack
+    from agensh_ray.services.fakes import FakeStack
 
     with FakeStack(tmp_path / "services", workers=3) as stack:
         cfg = parse_args([

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agensh_ray.trace import IntakeRow, TraceWriter
-from services.intake import ForgeEventLog, GiteaWebhookMapper, WebhookIntake, signature
+from agensh_ray.services.intake import ForgeEventLog, GiteaWebhookMapper, WebhookIntake, signature
 
 SECRET = "s3cret-for-tests"
 WORKERS = {"w001": "w001", "w002": "w002", "w003": "w003"}

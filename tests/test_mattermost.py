@@ -1,5 +1,5 @@
 """The Mattermost chat adapter through real HTTP and a real websocket against
-the fake Mattermost, every body checked against ../shared/specs/mattermost-openapi-v4-2023.yaml."""
+the fake Mattermost, every body checked against services/fakes/specs/mattermost-openapi-v4-2023.yaml."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from agensh_ray.config import RunConfig
 from agensh_ray.routing import Fanout
 from agensh_ray.worker import WorkerHost
-from services.chat.embedded import ChatError
-from services.fakes.contract import missing_specs
+from agensh_ray.services.chat.embedded import ChatError
+from agensh_ray.services.fakes.contract import missing_specs
 
 SKIP = missing_specs("mattermost")
 pytestmark = [
@@ -26,7 +26,7 @@ WORKERS = ["w001", "w002", "w003"]
 @pytest.fixture(scope="module")
 def mm_env(tmp_path_factory):
     from agensh_ray.bootstrap import bootstrap_mattermost, write_secrets
-    from services.fakes.mattermost import FakeMattermost
+    from agensh_ray.services.fakes.mattermost import FakeMattermost
 
     root = tmp_path_factory.mktemp("mm")
     fake = FakeMattermost().start()
@@ -41,7 +41,7 @@ def mm_env(tmp_path_factory):
 
 @pytest.fixture
 def chat(mm_env, tmp_path):
-    from services.chat.mattermost import MattermostChat
+    from agensh_ray.services.chat.mattermost import MattermostChat
 
     fake, secrets = mm_env
     c = MattermostChat.from_secrets(secrets, tmp_path / "chat")
@@ -131,7 +131,7 @@ def test_reconnect_with_backoff_catches_up(chat, mm_env):
 
 
 def test_restart_keeps_the_log(chat, mm_env, tmp_path):
-    from services.chat.mattermost import MattermostChat
+    from agensh_ray.services.chat.mattermost import MattermostChat
 
     _, secrets = mm_env
     chat.post("w001", "before restart")

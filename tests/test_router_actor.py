@@ -13,9 +13,9 @@ from collections import Counter, defaultdict
 import pytest
 import ray
 
-from actors.board import get_or_create_board
-from actors.chat import ChatActor
-from actors.router import RouterActor
+from agensh_ray.actors.board import get_or_create_board
+from agensh_ray.actors.chat import ChatActor
+from agensh_ray.actors.router import RouterActor
 from agensh_ray.models import BoardEntry, BoardEntryIn
 from agensh_ray.routing import HostInbox
 

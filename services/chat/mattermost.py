@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from agensh_ray.models import ChatMessage
-from services.chat.embedded import MAX_TEXT, ChatError
+from agensh_ray.services.chat.embedded import MAX_TEXT, ChatError
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ class FakeStack:
     bootstrap_output: str = ""
 
     def start(self) -> "FakeStack":
-        from services.fakes.gitea import FakeGitea
-        from services.fakes.mattermost import FakeMattermost
+        from agensh_ray.services.fakes.gitea import FakeGitea
+        from agensh_ray.services.fakes.mattermost import FakeMattermost
 
         self.root = Path(self.root)
         self.root.mkdir(parents=True, exist_ok=True)

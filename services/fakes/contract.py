@@ -39,11 +39,11 @@ SPEC_FILES = {"gitea": "gitea-swagger.v1.json", "mattermost": "mattermost-openap
 
 
 def specs_dir() -> Path:
-    """`<repo root>/../shared/specs` (CI lays shared/ beside the clone); AGENSH_SPECS_DIR overrides it."""
+    """The specs kept beside this module (`specs/`); AGENSH_SPECS_DIR overrides it."""
     env = os.environ.get("AGENSH_SPECS_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / ".." / "shared" / "specs"
+    return Path(__file__).resolve().parent / "specs"
 
 
 def spec_path(name: str) -> Path | None:
@@ -57,8 +57,8 @@ def missing_specs(*names: str) -> str | None:
     missing = [SPEC_FILES[n] for n in names if spec_path(n) is None]
     if not missing:
         return None
-    return (f"API specs absent: {', '.join(missing)} not in {specs_dir().resolve()} (CI lays shared/ beside the "
-            "clone; set AGENSH_SPECS_DIR to point elsewhere); contract tests skipped")
+    return (f"API specs absent: {', '.join(missing)} not in {specs_dir().resolve()} (set AGENSH_SPECS_DIR "
+            "to point elsewhere); contract tests skipped")
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def load_contract(name: str) -> "Contract":
     path = spec_path(name)
     if path is None:
         raise FileNotFoundError(
-            f"{SPEC_FILES[name]} not found in {specs_dir()} (set AGENSH_SPECS_DIR or lay shared/ beside the repo)"
+            f"{SPEC_FILES[name]} not found in {specs_dir()} (set AGENSH_SPECS_DIR)"
         )
     return Contract(name, _load(path))
 

@@ -11,7 +11,7 @@ What it stands in for, and how faithfully:
   body; a merge while the mergeability check has not finished, or of a PR
   that conflicts, is `405 Please try again later`; a conflict found by the
   merge itself is 409). Every request and response body is checked against
-  the official swagger file (`services.fakes.contract`); the tests assert
+  the official swagger file (`agensh_ray.services.fakes.contract`); the tests assert
   zero violations.
 * **git**: real repositories served over smart HTTP (`git http-backend`, the
   embedded forge's server), Basic auth with a password or a token; pushes
@@ -57,8 +57,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import httpx
 
-from services.fakes.contract import ContractChecker
-from services.forge.githttp import GitHTTPServer, _GitHandler, git_exec_path
+from agensh_ray.services.fakes.contract import ContractChecker
+from agensh_ray.services.forge.githttp import GitHTTPServer, _GitHandler, git_exec_path
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ What it stands in for: users (created by an admin), personal access tokens
 posts, `GET /channels/{id}/posts?since=` and the channels of a user in a
 team (DMs included). Posting needs channel membership, as in Mattermost.
 Every request and response body is checked against the official OpenAPI
-file (`services.fakes.contract`).
+file (`agensh_ray.services.fakes.contract`).
 
 The websocket follows Mattermost's protocol: the client sends an
 `authentication_challenge` with its token and gets `{"status": "OK",
@@ -33,7 +33,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qs
 
-from services.fakes.contract import ContractChecker
+from agensh_ray.services.fakes.contract import ContractChecker
 
 VERSION = "9.11.0"
 _ALPHABET = string.ascii_lowercase + string.digits

@@ -75,7 +75,7 @@ from agensh_ray.models import (
     ReviewVerdict,
     now_us,
 )
-from services.forge.githttp import GitHTTPServer, git_exec_path
+from agensh_ray.services.forge.githttp import GitHTTPServer, git_exec_path
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from agensh_ray.models import (
     Review,
     ReviewVerdict,
 )
-from services.intake import ForgeEventLog, GiteaWebhookMapper, WebhookIntake, mentions
+from agensh_ray.services.intake import ForgeEventLog, GiteaWebhookMapper, WebhookIntake, mentions
 
 log = logging.getLogger(__name__)
 
