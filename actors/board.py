@@ -40,7 +40,14 @@ from typing import Any
 import ray
 
 from agensh_ray.board import (
-    Board, BoardError, BoardLimits, RecentDelta, Row, _seq_of, apply_recent_delta, entries_from_acks,
+    Board,
+    BoardError,
+    BoardLimits,
+    RecentDelta,
+    Row,
+    _seq_of,
+    apply_recent_delta,
+    entries_from_acks,
 )
 from agensh_ray.models import BoardEntry, BoardEntryIn, EntryType
 from agensh_ray.trace import BoardRow, TraceWriter

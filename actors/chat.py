@@ -17,8 +17,8 @@ from pathlib import Path
 import ray
 
 from agensh_ray.models import ChatMessage
-from agensh_ray.trace import MessageRow, TraceWriter
 from agensh_ray.services.registry import make_chat
+from agensh_ray.trace import MessageRow, TraceWriter
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)

@@ -11,8 +11,8 @@ from pathlib import Path
 import ray
 
 from agensh_ray.models import ForgeEvent, PullRequest
-from agensh_ray.trace import ForgeRow, IntakeRow, PrChangeRow, TraceWriter, diff_changes
 from agensh_ray.services.registry import make_forge
+from agensh_ray.trace import ForgeRow, IntakeRow, PrChangeRow, TraceWriter, diff_changes
 
 
 @ray.remote(num_cpus=0, max_concurrency=16)

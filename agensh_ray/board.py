@@ -29,7 +29,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import re
 import time
 from array import array
@@ -40,6 +39,8 @@ from typing import Any, Callable, Generator, Iterable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agensh_ray.applog import AppendLog
+from agensh_ray.errors import BoardError
 from agensh_ray.models import BoardEntry, BoardEntryIn, EntryType
 
 try:  # Python >= 3.11
@@ -85,10 +86,6 @@ class BoardLimits(BaseModel):
     grep_budget_s: float = 3.0
     """Wall seconds one grep may take in the BoardActor before it is stopped with an error that says
     how far it got (a pattern without a literal word scans the whole history with the regex)."""
-
-
-class BoardError(ValueError):
-    """A board request was refused; the message says why, worded for the agent."""
 
 
 # ---------------------------------------------------------------- folding / regex analysis
@@ -448,81 +445,25 @@ class Board:
         self._tail_len = 0
         self._tail_cache: tuple[str, str] | None = None
         self._next_seq = 1
-        self._fd = -1
-        self._size = 0
         self._open_and_reload()
 
     # ------------------------------------------------------------ persistence
 
     def _open_and_reload(self) -> None:
-        path = self.log_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        created = not path.exists()
-        self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        if created:
-            try:
-                dfd = os.open(path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
-            except OSError:  # pragma: no cover - platform without directory fsync
-                pass
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            end = self._complete_end(f, size)
-            if end < size:
-                log.warning(
-                    "board log %s: torn last line (%d bytes after the last complete line, crash mid-write); "
-                    "truncating it",
-                    path,
-                    size - end,
-                )
-                os.ftruncate(self._fd, end)
-                os.fsync(self._fd)
-            self._size = end
-            f.seek(0)
-            gc_was_enabled = gc.isenabled()
-            gc.disable()  # millions of short-lived dicts; nothing cyclic is built here
-            try:
-                self._reload_lines(f, end)
-            finally:
-                if gc_was_enabled:
-                    gc.enable()
+        self._log = AppendLog(self.log_path)
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # millions of short-lived dicts; nothing cyclic is built here
+        try:
+            self._reload()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         if len(self):
-            log.info("board log %s: reloaded %d entries, last seq %d", path, len(self), self.last_seq)
+            log.info("board log %s: reloaded %d entries, last seq %d", self.log_path, len(self), self.last_seq)
 
-    @staticmethod
-    def _complete_end(f: Any, size: int) -> int:
-        """Byte offset just after the last newline of the file (its complete lines)."""
-        pos = size
-        while pos > 0:
-            step = min(1 << 16, pos)
-            pos -= step
-            f.seek(pos)
-            k = f.read(step).rfind(b"\n")
-            if k >= 0:
-                return pos + k + 1
-        return 0
-
-    def _reload_lines(self, f: Any, end: int) -> None:
-        bad = 0
+    def _reload(self) -> None:
         line_no = 0
-        read = 0
-        while read < end:
-            chunk: list[bytes] = f.readlines(min(1 << 20, end - read))
-            if not chunk:
-                break
-            got = sum(map(len, chunk))
-            if read + got > end:  # never read past the complete part
-                keep, total = [], read
-                for line in chunk:
-                    if total + len(line) > end:
-                        break
-                    keep.append(line)
-                    total += len(line)
-                chunk, got = keep, total - read
-            read += got
+        for chunk in self._log.chunks():
             try:  # fast path: the whole chunk as one JSON array (each line ends with whitespace)
                 recs: list[Any] = json.loads(b"[" + b",".join(chunk) + b"]")
                 numbered = list(enumerate(recs, line_no + 1))
@@ -534,8 +475,7 @@ class Board:
                     try:
                         numbered.append((k, json.loads(line)))
                     except ValueError as exc:
-                        bad += 1
-                        log.error("board log %s: line %d is not JSON (%s); skipped", self.log_path, k, exc)
+                        self._log.skipped(k, exc)
             line_no += len(chunk)
             for k, d in numbered:
                 try:
@@ -543,24 +483,14 @@ class Board:
                     if seq < self._next_seq:
                         raise ValueError(f"seq {seq} is not above {self._next_seq - 1}")
                     self._append(
-                        seq,
-                        int(d["ts"]),
-                        _TYPE_CODE[d["type"]],
-                        d["text"],
-                        d.get("detail"),
-                        d["worker_id"],
+                        seq, int(d["ts"]), _TYPE_CODE[d["type"]], d["text"], d.get("detail"), d["worker_id"],
                         d.get("request_id"),
                     )
                 except (ValueError, KeyError, TypeError) as exc:
-                    bad += 1
-                    log.error("board log %s: line %d unreadable (%r); skipped", self.log_path, k, exc)
-        if bad:
-            log.error("board log %s: %d unreadable line(s) skipped", self.log_path, bad)
+                    self._log.skipped(k, repr(exc))
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._log.close()
 
     def __enter__(self) -> Board:
         return self
@@ -703,21 +633,7 @@ class Board:
 
     def commit_io(self, pb: PreparedBatch) -> None:
         """Make a prepared batch durable: one write + fsync (safe to run in a thread)."""
-        if not pb.data:
-            return
-        try:
-            view = memoryview(pb.data)
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
-            os.fsync(self._fd)
-        except BaseException:
-            try:
-                os.ftruncate(self._fd, self._size)
-            except OSError:  # pragma: no cover
-                log.exception("board log %s: could not roll back a failed write", self.log_path)
-            raise
-        self._size += len(pb.data)
+        self._log.append_bytes(pb.data)
 
     def apply(self, pb: PreparedBatch) -> list[Row | BoardError]:
         """Publish a durable batch to readers; returns the per-entry results."""

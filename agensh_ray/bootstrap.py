@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from agensh_ray.models import ForgeError
+from agensh_ray.errors import ForgeError
 
 TOKEN_NAME = "agensh"
 TOKEN_SCOPES = ["write:repository", "write:issue", "read:user", "read:organization"]
@@ -301,8 +301,8 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     from agensh_ray.driver import worker_ids
-    from agensh_ray.task import Task, TaskError
-    from agensh_ray.services.chat.embedded import ChatError
+    from agensh_ray.errors import ChatError, TaskError
+    from agensh_ray.task import Task
 
     args = parse_args(argv)
     try:

@@ -18,17 +18,15 @@ from pathlib import Path
 import ray
 
 from agensh_ray.config import RunConfig
+from agensh_ray.errors import CapacityError
+from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.task import Task
 from agensh_ray.trace import ScoreRow, TraceWriter, write_schema_files
 
 log = logging.getLogger("agensh.run")
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
-
-
-class CapacityError(RuntimeError):
-    """The cluster cannot host the requested workers."""
 
 
 def host_options(cfg: RunConfig, n_workers: int, cluster_slots: float | None) -> dict:

@@ -27,20 +27,18 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agensh_ray.errors import HarnessError
+from agensh_ray.paths import NODE_BIN
+
 BASE_ENV = (
     "PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )
 SECRETS_FILE_VAR = "AGENSH_SECRETS_FILE"
-NODE_BIN = Path(__file__).resolve().parent.parent / ".ci" / "node" / "bin"
-"""Where `.ci/run` installs the agent CLIs (npm install -g --prefix .ci/node)."""
+
 SECRET_NAME = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIALS?|HEADERS)(?:_|$)", re.I)
 """Variable names whose values are credentials (API_KEY, AUTH_TOKEN, ..., not GIT_AUTHOR_NAME)."""
 MIN_SECRET_LEN = 6
-
-
-class HarnessError(ValueError):
-    pass
 
 
 def cache_root() -> Path:

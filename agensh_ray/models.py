@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agensh_ray.errors import ForgeError, MergeConflict
+
 
 def now_us() -> int:
     """Wall-clock UTC time in microseconds (the trace's `ts` unit)."""
@@ -143,25 +145,6 @@ class ForgeEvent(BaseModel):
     @property
     def event_id(self) -> str:
         return f"forge:{self.seq}"
-
-
-class MergeConflict(Exception):
-    """A PR cannot merge cleanly; `files` lists the conflicting paths."""
-
-    def __init__(self, pr: int, files: list[str]):
-        self.pr = pr
-        self.files = files
-        super().__init__(
-            f"PR #{pr} conflicts with main in {len(files)} file(s): {', '.join(files)}. "
-            "Merge main into your branch, resolve the conflicts, push, then merge again."
-        )
-
-    def __reduce__(self):
-        return (MergeConflict, (self.pr, self.files))
-
-
-class ForgeError(Exception):
-    """Any other forge refusal (unknown PR, PR not open, bad branch...), worded for the agent."""
 
 
 Priority = Literal["high", "low"]

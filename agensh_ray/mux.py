@@ -19,8 +19,9 @@ import acp
 from acp import RequestError
 from acp.schema import ClientCapabilities, FileSystemCapabilities, HttpMcpServer, Implementation
 
+from agensh_ray.errors import AgentDied
 from agensh_ray.harness import Harness
-from agensh_ray.session import AgentDied, AgentProcess, SessionObserver, WorkdirClient
+from agensh_ray.session import AgentProcess, SessionObserver, WorkdirClient
 
 _CLIENT_METHODS = (
     "request_permission",

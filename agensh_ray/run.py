@@ -20,8 +20,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agensh_ray.config import RoutingConfig, RunConfig, ServicesConfig, SimConfig
-from agensh_ray.harness import HarnessError, get_harness
-from agensh_ray.task import Task, TaskError
+from agensh_ray.errors import HarnessError, TaskError
+from agensh_ray.harness import get_harness
+from agensh_ray.task import Task
 
 log = logging.getLogger("agensh.run")
 
@@ -127,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from agensh_ray.driver import Run
-
-    from agensh_ray.driver import CapacityError
+    from agensh_ray.errors import CapacityError
 
     try:
         summary = Run(cfg, task, verbose=VERBOSE).execute()

@@ -55,6 +55,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from agensh_ray.errors import AgentDied, AgentNeedsCredentials, TurnFailed
 from agensh_ray.harness import Harness
 
 log = logging.getLogger(__name__)
@@ -66,18 +67,6 @@ AUTH_REQUIRED = -32000
 """ACP's error code for `auth_required`."""
 PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "cwd", "directory", "dir")
 EDIT_KINDS = {"edit", "delete", "move"}
-
-
-class AgentDied(Exception):
-    """The agent process exited or its connection broke; the worker restarts it."""
-
-
-class AgentNeedsCredentials(AgentDied):
-    """The agent refused to start a session for lack of credentials (a restart will not help)."""
-
-
-class TurnFailed(Exception):
-    """The agent answered the prompt with an error (e.g. its model endpoint failed); the process lives on."""
 
 
 @dataclass

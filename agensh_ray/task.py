@@ -29,15 +29,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-TASKS_DIR = Path(__file__).resolve().parent.parent / "tasks"
+from agensh_ray.errors import TaskError
+from agensh_ray.paths import TASKS_DIR
+
 TASK_FILE = "task.json"
 
 # Fixed zip entry time: the same reference source gives a byte-identical archive.
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
-
-
-class TaskError(Exception):
-    """A task that cannot be found, read or run, with a message saying which and why."""
 
 
 class Feature(BaseModel):

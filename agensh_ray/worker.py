@@ -30,17 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from agensh_ray.config import RunConfig
+from agensh_ray.errors import AGENT_REFUSALS, AgentDied, ToolFailure, TurnFailed
 from agensh_ray.handoff import handoff_summary
 from agensh_ray.harness import Harness, get_harness
-from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, Delivery, MergeConflict, PullRequest, now_us
+from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, Delivery, PullRequest, now_us
+from agensh_ray.paths import PROMPTS_DIR
 from agensh_ray.routing import HostInbox, render
-from agensh_ray.session import AgentDied, AgentSession, TurnFailed, SessionObserver, ToolCallRecord
-from agensh_ray.tools import ToolFailure, ToolServer, fmt_entry, fmt_pr
+from agensh_ray.session import AgentSession, SessionObserver, ToolCallRecord
+from agensh_ray.tools import ToolServer, fmt_entry, fmt_pr
 from agensh_ray.trace import DeliveryRow, LifecycleRow, ToolCallRow, TraceWriter, TurnRow, UsageRow
 
 log = logging.getLogger(__name__)
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
+PROMPTS = PROMPTS_DIR
 MAX_RESTARTS = 5
 LOCAL_KINDS = {"nudge", "share_findings", "wind_down", "handoff"}
 WAKE_KINDS = {"dm", "forge", *LOCAL_KINDS}
@@ -506,13 +508,9 @@ class WorkerHost:
 
     async def _call(self, coro):
         """Turn service refusals into messages the model can act on."""
-        from agensh_ray.board import BoardError
-        from agensh_ray.services.chat.embedded import ChatError
-        from agensh_ray.models import ForgeError
-
         try:
             return await coro
-        except (BoardError, ChatError, ForgeError, MergeConflict) as exc:
+        except AGENT_REFUSALS as exc:
             raise ToolFailure(_plain(exc)) from None
 
     async def board_write(self, worker: str, type: str, text: str, detail: str | None) -> BoardEntry:

@@ -12,10 +12,11 @@ import inspect
 import sys
 from pathlib import Path
 
-from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, TraceRow
 from agensh_ray.analysis.views import duck_type
+from agensh_ray.paths import DOCS_DIR
+from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, TraceRow
 
-DOC = Path(__file__).parents[1] / "docs" / "trace.md"
+DOC = DOCS_DIR / "trace.md"
 
 _INTRO = """\
 # The run trace

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agensh_ray.trace import SCHEMAS, SCHEMA_VERSION  # noqa: E402
+from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS  # noqa: E402
 
 T0 = 1_795_000_000_000_000  # µs
 HOURS = 6

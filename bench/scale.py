@@ -36,10 +36,10 @@ from ray.cluster_utils import Cluster
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agensh_ray.analysis.views import connect  # noqa: E402
 from agensh_ray.config import RoutingConfig, RunConfig, SimConfig  # noqa: E402
 from agensh_ray.driver import Run  # noqa: E402
 from agensh_ray.task import Task  # noqa: E402
-from agensh_ray.analysis.views import connect  # noqa: E402
 
 
 def machine_facts() -> dict:

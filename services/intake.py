@@ -35,11 +35,13 @@ import json
 import logging
 import re
 import threading
+from bisect import bisect_right
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from agensh_ray.applog import AppendLog
 from agensh_ray.models import ForgeEvent, now_us
 from agensh_ray.services.http_thread import serve_in_thread
 
@@ -64,6 +66,10 @@ def signature(secret: str, body: bytes) -> str:
     return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
+def _seq(e: ForgeEvent) -> int:
+    return e.seq
+
+
 class ForgeEventLog:
     """Append-only, durable ForgeEvent log (seq dense from 1) plus what the
     notify rules need to remember per PR (author, head branch, reviewers)."""
@@ -77,16 +83,14 @@ class ForgeEventLog:
         self.deliveries: set[str] = set()
         self.prs: dict[int, dict] = {}
         """pr -> {author, head, open, reviewers}."""
-        if self.path.exists():
-            data = self.path.read_bytes()
-            end = data.rfind(b"\n") + 1
-            if end < len(data):  # a torn last line from a crash
-                with open(self.path, "r+b") as f:
-                    f.truncate(end)
-            for line in data[:end].decode().splitlines():
-                if line.strip():
-                    self._fold(json.loads(line))
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._log = AppendLog(self.path)
+        for n, rec in enumerate(self._log.records(), 1):
+            try:
+                if self.events and rec.get("seq", 0) <= self.events[-1].seq:
+                    raise ValueError(f"seq {rec.get('seq')} is not above {self.events[-1].seq}")
+                self._fold(rec)
+            except ValueError as exc:  # pydantic's ValidationError included
+                self._log.skipped(n, exc)
 
     def _fold(self, rec: dict) -> ForgeEvent:
         ev = ForgeEvent.model_validate(rec)
@@ -113,25 +117,24 @@ class ForgeEventLog:
             if delivery and delivery in self.deliveries:
                 return None
             rec: dict[str, Any] = {
-                "seq": len(self.events) + 1, "ts": ts or now_us(), "kind": kind, "actor": actor, "pr": pr,
+                "seq": (self.events[-1].seq if self.events else 0) + 1, "ts": ts or now_us(), "kind": kind, "actor": actor, "pr": pr,
                 "ref": ref, "detail": detail, "notify": [n for n in dict.fromkeys(notify or []) if n and n != actor],
             }
             extra = {"delivery": delivery, "pr_author": pr_author, "head": head}
-            line = json.dumps({**rec, **{k: v for k, v in extra.items() if v}}, separators=(",", ":"))
-            self._file.write(line + "\n")
-            self._file.flush()
+            self._log.append({**rec, **{k: v for k, v in extra.items() if v}})
             ev = self._fold({**rec, **extra})
             self._changed.notify_all()
             return ev
 
     def since(self, cursor: int, limit: int = 1000) -> list[ForgeEvent]:
         with self._lock:
-            return [e.model_copy() for e in self.events[cursor: cursor + limit]]
+            i = bisect_right(self.events, cursor, key=_seq)
+            return [e.model_copy() for e in self.events[i : i + max(0, limit)]]
 
     def wait_for(self, seq: int, timeout: float) -> bool:
         """Block until the log has `seq` events (tests)."""
         with self._changed:
-            return self._changed.wait_for(lambda: len(self.events) >= seq, timeout)
+            return self._changed.wait_for(lambda: bool(self.events) and self.events[-1].seq >= seq, timeout)
 
     def pr_state(self, pr: int) -> dict | None:
         with self._lock:
@@ -146,8 +149,7 @@ class ForgeEventLog:
         return None
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        self._log.close()
 
 
 class GiteaWebhookMapper:

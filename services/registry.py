@@ -11,12 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agensh_ray.errors import UnknownService
+
 FORGES: dict[str, str] = {"embedded": "one machine: a bare repo over git smart-HTTP", "gitea": "a Gitea server"}
 CHATS: dict[str, str] = {"embedded": "one machine: a chat actor with a JSONL log", "mattermost": "a Mattermost server"}
-
-
-class UnknownService(ValueError):
-    pass
 
 
 def _check(kind: str, name: str, known: dict[str, str]) -> None:

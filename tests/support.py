@@ -8,10 +8,10 @@ from pathlib import Path
 
 from agensh_ray.board import Board
 from agensh_ray.config import RunConfig
-from agensh_ray.task import Task
-from agensh_ray.worker import WorkerHost
 from agensh_ray.services.chat.embedded import EmbeddedChat
 from agensh_ray.services.forge.embedded import EmbeddedForge
+from agensh_ray.task import Task
+from agensh_ray.worker import WorkerHost
 
 
 class Awaited:

@@ -12,8 +12,9 @@ import pytest
 from acp import RequestError
 from acp.schema import PermissionOption, ToolCallLocation, ToolCallUpdate
 
-from agensh_ray.harness import HarnessError, get_harness, read_secrets
-from agensh_ray.session import AgentDied, AgentSession, SessionObserver, WorkdirClient
+from agensh_ray.errors import AgentDied, HarnessError
+from agensh_ray.harness import get_harness, read_secrets
+from agensh_ray.session import AgentSession, SessionObserver, WorkdirClient
 
 
 def test_secrets_file_feeds_only_the_agent_that_needs_it(tmp_path, monkeypatch):

@@ -13,9 +13,17 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from agensh_ray.trace import TABLES, LifecycleRow, ScoreRow, TraceWriter, TurnRow, write_schema_files
 from agensh_ray.analysis import trace_doc
-from agensh_ray.analysis.views import VIEWS_SQL, connect, query_names, query_sql, run_query, statements, views_sql_is_current
+from agensh_ray.analysis.views import (
+    VIEWS_SQL,
+    connect,
+    query_names,
+    query_sql,
+    run_query,
+    statements,
+    views_sql_is_current,
+)
+from agensh_ray.trace import TABLES, LifecycleRow, ScoreRow, TraceWriter, TurnRow, write_schema_files
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUNS = ["run_small", "run_empty"]

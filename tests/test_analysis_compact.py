@@ -6,9 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
-from agensh_ray.trace import BoardRow, LifecycleRow, TraceWriter, TurnRow
 from agensh_ray.analysis.compact import JOURNAL, compact_run
 from agensh_ray.analysis.views import connect, run_query
+from agensh_ray.trace import BoardRow, LifecycleRow, TraceWriter, TurnRow
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

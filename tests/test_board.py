@@ -8,7 +8,13 @@ import logging
 import pytest
 
 from agensh_ray.board import (
-    BLOCK, Board, BoardError, BoardLimits, _compile_query, apply_recent_delta, entries_from_acks,
+    BLOCK,
+    Board,
+    BoardError,
+    BoardLimits,
+    _compile_query,
+    apply_recent_delta,
+    entries_from_acks,
 )
 from agensh_ray.models import BoardEntry, BoardEntryIn, EntryType
 
@@ -126,7 +132,7 @@ def test_torn_last_line_truncated(tmp_path, clock, caplog):
     good = p.read_bytes()
     with open(p, "ab") as f:
         f.write(b'{"seq":3,"ts":1,"type":"FACT","text":"torn in the mi')
-    with caplog.at_level(logging.WARNING, logger="agensh_ray.board"):
+    with caplog.at_level(logging.WARNING, logger="agensh_ray.applog"):
         b = Board(p, clock=clock)
     assert any("torn" in r.getMessage() for r in caplog.records)
     assert p.read_bytes() == good
@@ -159,7 +165,7 @@ def test_request_id_idempotent_across_reload(tmp_path, clock):
 
 
 def test_one_fsync_per_batch(board, monkeypatch):
-    import agensh_ray.board as mod
+    import agensh_ray.applog as mod
 
     calls = []
     real = mod.os.fsync
@@ -179,7 +185,7 @@ def test_prepared_entries_invisible_until_applied(board):
 
 
 def test_failed_io_releases_seqs_and_keeps_log_clean(board, monkeypatch, tmp_path):
-    import agensh_ray.board as mod
+    import agensh_ray.applog as mod
 
     board.write(e(text="before"))
 

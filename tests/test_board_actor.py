@@ -14,7 +14,8 @@ import pytest
 import ray
 
 from agensh_ray.actors.board import BoardHandle, get_or_create_board
-from agensh_ray.board import BoardError, BoardLimits, Row
+from agensh_ray.board import BoardLimits, Row
+from agensh_ray.errors import BoardError
 from agensh_ray.models import BoardEntry, BoardEntryIn
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agensh_ray.models import ForgeError, MergeConflict
+from agensh_ray.errors import ForgeError, MergeConflict
 from agensh_ray.services.forge.embedded import PROTECTION_MESSAGE, EmbeddedForge
 
 STARTER = {

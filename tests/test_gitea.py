@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agensh_ray.models import ForgeError, MergeConflict
+from agensh_ray.errors import ForgeError, MergeConflict
 from agensh_ray.services.fakes.contract import missing_specs
 
 SKIP = missing_specs("gitea")

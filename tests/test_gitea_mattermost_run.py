@@ -25,8 +25,8 @@ pytestmark = [
 def test_three_sim_workers_on_gitea_and_mattermost(ray_session, tmp_path):
     from agensh_ray.driver import Run
     from agensh_ray.run import parse_args
-    from agensh_ray.task import Task
     from agensh_ray.services.fakes import FakeStack
+    from agensh_ray.task import Task
 
     with FakeStack(tmp_path / "services", workers=3) as stack:
         cfg = parse_args([

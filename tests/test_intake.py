@@ -8,8 +8,8 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from agensh_ray.trace import IntakeRow, TraceWriter
 from agensh_ray.services.intake import ForgeEventLog, GiteaWebhookMapper, WebhookIntake, signature
+from agensh_ray.trace import IntakeRow, TraceWriter
 
 SECRET = "s3cret-for-tests"
 WORKERS = {"w001": "w001", "w002": "w002", "w003": "w003"}

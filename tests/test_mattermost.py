@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from agensh_ray.config import RunConfig
+from agensh_ray.errors import ChatError
 from agensh_ray.routing import Fanout
-from agensh_ray.worker import WorkerHost
-from agensh_ray.services.chat.embedded import ChatError
 from agensh_ray.services.fakes.contract import missing_specs
+from agensh_ray.worker import WorkerHost
 
 SKIP = missing_specs("mattermost")
 pytestmark = [

@@ -20,13 +20,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from agensh_ray.errors import AgentNeedsCredentials, HarnessError
 from agensh_ray.fakes.anthropic_server import FakeAnthropic
 from agensh_ray.fakes.openai_server import FakeOpenAI
 from agensh_ray.fakes.script import Script, Step, Turn
 from agensh_ray.fakes.textkit import feature_turn
-from agensh_ray.harness import HarnessError, get_harness
+from agensh_ray.harness import get_harness
 from agensh_ray.models import Delivery, now_us
-from agensh_ray.session import AgentNeedsCredentials, AgentSession, SessionObserver
+from agensh_ray.session import AgentSession, SessionObserver
 from tests.support import LocalServices
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.timeout(300)]

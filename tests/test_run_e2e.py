@@ -14,10 +14,10 @@ import time
 import pytest
 import ray
 
+from agensh_ray.analysis.views import connect
 from agensh_ray.config import RunConfig
 from agensh_ray.driver import Run
 from agensh_ray.task import Task
-from agensh_ray.analysis.views import connect
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from agensh_ray.task import Feature, Task, TaskError, known_tasks
+from agensh_ray.errors import TaskError
+from agensh_ray.task import Feature, Task, known_tasks
 
 
 @pytest.fixture(scope="module")

@@ -1,86 +1,54 @@
-"""The embedded chat: one task channel plus direct messages, kept in an
-append-only JSON-lines log so a restarted chat (or router) loses nothing.
+"""The embedded chat: one task channel plus direct messages, kept in a durable
+message log (`chat.jsonl`) so a restarted chat (or router) loses nothing.
 
-Stands in for Mattermost on one machine; same `Chat` interface.
+Stands in for Mattermost on one machine; same `agensh_ray.seams.Chat`
+interface, same refusals (`rules.py`).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
+from agensh_ray.applog import AppendLog
 from agensh_ray.models import ChatMessage, now_us
-
-MAX_TEXT = 4000
-
-
-class ChatError(ValueError):
-    """A message that cannot be sent, worded for the agent."""
+from agensh_ray.services.chat.log import MessageLog
+from agensh_ray.services.chat.rules import check_dm, check_text
 
 
 class EmbeddedChat:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._log_path = self.root / "chat.jsonl"
-        self._users: set[str] = set()
-        self._messages: list[ChatMessage] = []
+        self.log = MessageLog(self.root / "chat.jsonl")
+        self._users_log = AppendLog(self.root / "users.jsonl")
+        self._users: set[str] = {r["name"] for r in self._users_log.records() if isinstance(r.get("name"), str)}
         self._lock = threading.Lock()
-        if self._log_path.exists():
-            for line in self._log_path.read_text().splitlines():
-                try:
-                    self._messages.append(ChatMessage.model_validate_json(line))
-                except ValueError:
-                    break  # a torn last line from a crash: everything before it is kept
-        users = self.root / "users.txt"
-        if users.exists():
-            self._users = set(users.read_text().split())
-        self._log = open(self._log_path, "a", encoding="utf-8")
 
     def add_user(self, name: str) -> None:
         with self._lock:
             if name in self._users:
                 return
+            self._users_log.append({"name": name})  # one line per user: O(1) at 1,024 workers
             self._users.add(name)
-            with open(self.root / "users.txt", "a", encoding="utf-8") as f:  # O(1) per user at 1,024
-                f.write(name + "\n")
 
     def post(self, sender: str, text: str) -> ChatMessage:
-        return self._append(sender, None, text)
+        return self.log.append(sender, None, check_text(text), ts=now_us())[0]
 
     def dm(self, sender: str, to: str, text: str) -> ChatMessage:
-        if to not in self._users:
-            known = ", ".join(sorted(self._users)[:20])
-            raise ChatError(f"unknown recipient '{to}'; workers are named like: {known}")
-        if to == sender:
-            raise ChatError("a DM to yourself is not delivered; write to the board or to a peer")
-        return self._append(sender, to, text)
-
-    def _append(self, sender: str, to: str | None, text: str) -> ChatMessage:
-        if not text.strip():
-            raise ChatError("message text is empty")
-        if len(text) > MAX_TEXT:
-            raise ChatError(f"message is {len(text)} characters; the limit is {MAX_TEXT}")
-        with self._lock:
-            msg = ChatMessage(seq=len(self._messages) + 1, ts=now_us(), sender=sender, to=to, text=text)
-            self._log.write(msg.model_dump_json() + "\n")
-            self._log.flush()
-            os.fsync(self._log.fileno())
-            self._messages.append(msg)
-            return msg
+        check_dm(sender, to, self._users)
+        return self.log.append(sender, to, check_text(text), ts=now_us())[0]
 
     def messages_since(self, cursor: int, limit: int = 1000) -> list[ChatMessage]:
-        return self._messages[cursor : cursor + limit]
+        return self.log.since(cursor, limit)
 
     def history(self, user: str, limit: int = 50) -> list[ChatMessage]:
-        mine = [m for m in self._messages if m.to is None or m.to == user or m.sender == user]
-        return mine[-limit:]
+        return self.log.history(user, limit)
 
     @property
     def last_seq(self) -> int:
-        return len(self._messages)
+        return self.log.last_seq
 
     def close(self) -> None:
-        if not self._log.closed:
-            self._log.close()
+        self.log.close()
+        self._users_log.close()

@@ -44,24 +44,16 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from agensh_ray.errors import ChatError, MattermostAPIError
 from agensh_ray.models import ChatMessage
-from agensh_ray.services.chat.embedded import MAX_TEXT, ChatError
+from agensh_ray.services.chat.log import MessageLog
+from agensh_ray.services.chat.rules import check_dm, check_text
 
 log = logging.getLogger(__name__)
 
 API = "/api/v4"
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 30.0
-
-
-class MattermostAPIError(ChatError):
-    def __init__(self, status: int, message: str, method: str, path: str):
-        self.status, self.message = status, message
-        super().__init__(f"Mattermost refused {method} {path}: {status} {message}".strip())
-
-    def __reduce__(self):
-        # Crossing a process boundary (a Ray actor call) it becomes the plain ChatError it is for the agent.
-        return (ChatError, (str(self),))
 
 
 class MattermostClient:
@@ -88,53 +80,6 @@ class MattermostClient:
 
     def close(self) -> None:
         self.http.close()
-
-
-class MessageLog:
-    """Durable, post-id-deduplicated ChatMessage log; listeners hear every new message."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self.messages: list[ChatMessage] = []
-        self.seq_of: dict[str, int] = {}
-        """Mattermost post id -> seq."""
-        self.last_create_at = 0
-        self.listeners: list[Callable[[ChatMessage], None]] = []
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                    self.messages.append(ChatMessage.model_validate(rec))
-                except ValueError:
-                    break  # a torn last line
-                self.seq_of[rec.get("post_id", "")] = len(self.messages)
-                self.last_create_at = max(self.last_create_at, rec.get("create_at", 0))
-        self._file = open(self.path, "a", encoding="utf-8")
-
-    def add(self, post_id: str, create_at: int, sender: str, to: str | None, text: str) -> tuple[ChatMessage, bool]:
-        """(the message, whether it is new): a post seen twice is logged once."""
-        with self._lock:
-            seq = self.seq_of.get(post_id)
-            if seq is not None:
-                return self.messages[seq - 1], False
-            msg = ChatMessage(seq=len(self.messages) + 1, ts=create_at * 1000, sender=sender, to=to, text=text)
-            self._file.write(json.dumps({**msg.model_dump(), "post_id": post_id, "create_at": create_at}) + "\n")
-            self._file.flush()
-            self.messages.append(msg)
-            self.seq_of[post_id] = msg.seq
-            self.last_create_at = max(self.last_create_at, create_at)
-        for cb in list(self.listeners):
-            try:
-                cb(msg)
-            except Exception:
-                log.exception("chat listener failed")
-        return msg, True
-
-    def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
 
 
 class MattermostChat:
@@ -234,29 +179,18 @@ class MattermostChat:
 
     # --------------------------------------------------------------------- send
 
-    @staticmethod
-    def _check_text(text: str) -> None:
-        if not text or not text.strip():
-            raise ChatError("message text is empty")
-        if len(text) > MAX_TEXT:
-            raise ChatError(f"message is {len(text)} characters; the limit is {MAX_TEXT}")
-
     def _token(self, name: str) -> str:
         self.add_user(name)
         return self.users[name]["token"]
 
     def post(self, sender: str, text: str) -> ChatMessage:
-        self._check_text(text)
+        check_text(text)
         p = self.client.call("POST", "/posts", self._token(sender), {"channel_id": self.channel_id, "message": text})
         return self._ingest(p)
 
     def dm(self, sender: str, to: str, text: str) -> ChatMessage:
-        if to not in self.users:
-            known = ", ".join(sorted(n for n in self.users if n != "admin")[:20])
-            raise ChatError(f"unknown recipient '{to}'; workers are named like: {known}")
-        if to == sender:
-            raise ChatError("a DM to yourself is not delivered; write to the board or to a peer")
-        self._check_text(text)
+        check_dm(sender, to, self.users)
+        check_text(text)
         channel = self._dm_channel(sender, to)
         p = self.client.call("POST", "/posts", self._token(sender), {"channel_id": channel, "message": text})
         return self._ingest(p)
@@ -295,21 +229,26 @@ class MattermostChat:
             ids = kind[1].split("__")
             other = [i for i in ids if i != post.get("user_id")] or ids[:1]
             to = self._name_of(other[0])
-        msg, _ = self.log.add(post["id"], int(post.get("create_at") or 0), sender, to, post.get("message") or "")
+        create_at = int(post.get("create_at") or 0)
+        msg, _ = self.log.append(sender, to, post.get("message") or "", ts=create_at * 1000, key=post["id"],
+                                 create_at=create_at)
         return msg
 
     # ------------------------------------------------------------------ reads
 
     def messages_since(self, cursor: int, limit: int = 1000) -> list[ChatMessage]:
-        return self.log.messages[cursor: cursor + limit]
+        return self.log.since(cursor, limit)
 
     def history(self, user: str, limit: int = 50) -> list[ChatMessage]:
-        mine = [m for m in self.log.messages if m.to is None or m.to == user or m.sender == user]
-        return mine[-limit:]
+        return self.log.history(user, limit)
 
     @property
     def last_seq(self) -> int:
-        return len(self.log.messages)
+        return self.log.last_seq
+
+    def last_create_at(self) -> int:
+        """Mattermost's timestamp (ms) of the newest logged post: where a reconnecting socket catches up from."""
+        return max((x.get("create_at", 0) for x in self.log.extra.values()), default=0)
 
     # ----------------------------------------------------------------- stream
 
@@ -377,7 +316,7 @@ class MattermostChat:
     def _catch_up(self, user: str) -> None:
         """After (re)connecting: fetch what this user's channels got while the socket was down."""
         token = self.users[user]["token"]
-        since = max(0, self.log.last_create_at - 5_000)
+        since = max(0, self.last_create_at() - 5_000)
         try:
             channels = self.client.call("GET", f"/users/{self.users[user]['id']}/teams/{self.team_id}/channels",
                                         token) or []

@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import hmac
 import json
 import logging
+import os
 import queue
 import secrets
 import shlex

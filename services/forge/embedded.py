@@ -61,9 +61,11 @@ import shutil
 import subprocess
 import sys
 import threading
+from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Iterable, get_args
 
+from agensh_ray.applog import AppendLog, read_new_lines
 from agensh_ray.models import (
     Comment,
     ForgeError,
@@ -145,6 +147,10 @@ def _mentions(text: str | None) -> list[str]:
     return out
 
 
+def _seq(e: ForgeEvent) -> int:
+    return e.seq
+
+
 def _short(sha: str | None) -> str:
     return (sha or "")[:12]
 
@@ -189,8 +195,10 @@ class EmbeddedForge:
         self._http.start()
 
     def close(self) -> None:
-        """Stop the HTTP server (idempotent). State is already on disk."""
+        """Stop the HTTP server and close the logs (idempotent). State is already on disk."""
         self._http.close()
+        self._state.close()
+        self._event_log.close()
 
     def __enter__(self) -> "EmbeddedForge":
         self.start()
@@ -504,7 +512,8 @@ class EmbeddedForge:
         with self._lock:
             self._ingest_hooks()
             # seq n is at index n-1 (seqs are dense, from 1).
-            return [e.model_copy(deep=True) for e in self._events[cursor: cursor + limit]]
+            i = bisect_right(self._events, cursor, key=_seq)
+            return [e.model_copy(deep=True) for e in self._events[i : i + limit]]
 
     def main_head(self) -> str:
         sha = self._rev(f"refs/heads/{PROTECTED_BRANCH}")
@@ -663,9 +672,7 @@ class EmbeddedForge:
         return pr.model_dump(exclude={"diff"})
 
     def _persist(self, kind: str, data: dict[str, Any]) -> None:
-        line = json.dumps({"t": kind, **data}, separators=(",", ":")) + "\n"
-        with open(self._state_path, "a", encoding="utf-8") as f:
-            f.write(line)
+        self._state.append({"t": kind, **data})
 
     def _emit(
         self,
@@ -679,7 +686,7 @@ class EmbeddedForge:
         hook_end: int | None = None,
     ) -> ForgeEvent:
         event = ForgeEvent(
-            seq=len(self._events) + 1,
+            seq=(self._events[-1].seq if self._events else 0) + 1,
             ts=ts or now_us(),
             kind=kind,
             actor=actor,
@@ -691,54 +698,51 @@ class EmbeddedForge:
         record = event.model_dump()
         if hook_end is not None:
             record["hook_end"] = hook_end  # not a ForgeEvent field: ignored when loading the model
-        with open(self._events_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._event_log.append(record)
         self._events.append(event)
         return event
 
-    @staticmethod
-    def _read_lines(path: Path) -> list[str]:
-        """Complete lines of a JSONL file; a torn last line (crash mid-write) is cut off."""
-        if not path.exists():
-            return []
-        data = path.read_bytes()
-        end = data.rfind(b"\n") + 1
-        if end < len(data):
-            with open(path, "r+b") as f:
-                f.truncate(end)
-            data = data[:end]
-        return [line for line in data.decode("utf-8").splitlines() if line.strip()]
-
     def _load(self) -> None:
-        for line in self._read_lines(self._state_path):
-            rec = json.loads(line)
-            kind = rec.pop("t")
-            if kind == "user":
-                self._users[rec["name"]] = rec["token"]
-            elif kind == "issue":
-                issue = Issue.model_validate(rec)
-                self._issues[issue.number] = issue
-            elif kind == "pr":
-                pr = PullRequest.model_validate(rec)
-                self._prs[pr.number] = pr
-        for line in self._read_lines(self._events_path):
-            rec = json.loads(line)
+        self._state = AppendLog(self._state_path)
+        lines = 0
+        for n, rec in enumerate(self._state.records(), 1):
+            lines = n
+            try:
+                kind = rec.pop("t")
+                if kind == "user":
+                    self._users[rec["name"]] = rec["token"]
+                elif kind == "issue":
+                    issue = Issue.model_validate(rec)
+                    self._issues[issue.number] = issue
+                elif kind == "pr":
+                    pr = PullRequest.model_validate(rec)
+                    self._prs[pr.number] = pr
+            except (KeyError, ValueError) as exc:
+                self._state.skipped(n, exc)
+        self._event_log = AppendLog(self._events_path)
+        for n, rec in enumerate(self._event_log.records(), 1):
+            try:
+                if self._events and rec.get("seq", 0) <= self._events[-1].seq:
+                    raise ValueError(f"seq {rec.get('seq')} is not above {self._events[-1].seq}")
+                self._events.append(ForgeEvent.model_validate(rec))
+            except ValueError as exc:
+                self._event_log.skipped(n, exc)
+                continue
             self._hook_offset = max(self._hook_offset, rec.get("hook_end") or 0)
-            self._events.append(ForgeEvent.model_validate(rec))
         # Compact the state log once it is mostly superseded snapshots.
         live = len(self._users) + len(self._issues) + len(self._prs)
-        if self._state_path.exists() and self._state_path.stat().st_size > 1_000_000:
-            lines = sum(1 for _ in open(self._state_path, "rb"))
-            if lines > 4 * live:
-                tmp = self._state_path.with_suffix(".tmp")
-                with open(tmp, "w", encoding="utf-8") as f:
-                    for name, token in self._users.items():
-                        f.write(json.dumps({"t": "user", "name": name, "token": token}) + "\n")
-                    for issue in self._issues.values():
-                        f.write(json.dumps({"t": "issue", **issue.model_dump()}) + "\n")
-                    for pr in self._prs.values():
-                        f.write(json.dumps({"t": "pr", **self._pr_record(pr)}) + "\n")
-                os.replace(tmp, self._state_path)
+        if self._state.size > 1_000_000 and lines > 4 * live:
+            self._state.close()
+            tmp = self._state_path.with_suffix(".tmp")
+            tmp.unlink(missing_ok=True)
+            with AppendLog(tmp) as compact:
+                compact.append_many(
+                    [{"t": "user", "name": name, "token": token} for name, token in self._users.items()]
+                    + [{"t": "issue", **issue.model_dump()} for issue in self._issues.values()]
+                    + [{"t": "pr", **self._pr_record(pr)} for pr in self._prs.values()]
+                )
+            os.replace(tmp, self._state_path)
+            self._state = AppendLog(self._state_path)
 
     # ------------------------------------------------------------ hook events
 
@@ -748,19 +752,9 @@ class EmbeddedForge:
 
     def _ingest_hooks(self) -> None:
         """Fold new lines of hook-events.jsonl into the event log (caller holds the lock)."""
-        try:
-            size = self._hook_log.stat().st_size
-        except FileNotFoundError:
-            return
-        if size <= self._hook_offset:
-            return
-        with open(self._hook_log, "rb") as f:
-            f.seek(self._hook_offset)
-            data = f.read(size - self._hook_offset)
+        lines, _ = read_new_lines(self._hook_log, self._hook_offset)
         pos = self._hook_offset
-        for raw in data.splitlines(keepends=True):
-            if not raw.endswith(b"\n"):
-                break  # a hook is still writing this line
+        for raw in lines:  # complete lines only: a hook still writing one is read next time
             pos += len(raw)
             try:
                 rec = json.loads(raw)

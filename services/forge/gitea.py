@@ -44,6 +44,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from agensh_ray.errors import GiteaAPIError
 from agensh_ray.models import (
     Comment,
     ForgeError,
@@ -74,16 +75,6 @@ def _ts(iso: str | None) -> int | None:
         return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1_000_000)
     except ValueError:
         return None
-
-
-class GiteaAPIError(ForgeError):
-    def __init__(self, status: int, message: str, method: str, path: str):
-        self.status, self.message = status, message
-        super().__init__(f"Gitea refused {method} {path}: {status} {message}".strip())
-
-    def __reduce__(self):
-        # Crossing a process boundary (a Ray actor call) it becomes the plain ForgeError it is for the agent.
-        return (ForgeError, (str(self),))
 
 
 class GiteaClient:

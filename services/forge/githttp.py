@@ -37,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Callable
 from urllib.parse import unquote, urlsplit
+
 from agensh_ray.services.http_thread import serve_in_thread
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,98 @@
+"""Every error one part of agensh-ray raises for another part to catch.
+
+Refusals meant for an agent (`BoardError`, `ChatError`, `ForgeError`,
+`MergeConflict`, `ToolFailure`) are worded for the model that reads them:
+what was wrong and what to do instead. They cross Ray calls as values of
+their own class (the API errors reduce to their plain parent), so the worker
+host turns any of them into a tool result without knowing which service
+raised it.
+"""
+
+from __future__ import annotations
+
+
+class BoardError(ValueError):
+    """A board request was refused; the message says why, worded for the agent."""
+
+
+class ChatError(ValueError):
+    """A message that cannot be sent, worded for the agent."""
+
+
+class ForgeError(Exception):
+    """Any forge refusal but a conflict (unknown PR, PR not open, bad branch...), worded for the agent."""
+
+
+class MergeConflict(Exception):
+    """A PR cannot merge cleanly; `files` lists the conflicting paths."""
+
+    def __init__(self, pr: int, files: list[str]):
+        self.pr = pr
+        self.files = files
+        super().__init__(
+            f"PR #{pr} conflicts with main in {len(files)} file(s): {', '.join(files)}. "
+            "Merge main into your branch, resolve the conflicts, push, then merge again."
+        )
+
+    def __reduce__(self):
+        return (MergeConflict, (self.pr, self.files))
+
+
+class GiteaAPIError(ForgeError):
+    """Gitea answered an API call with an error status."""
+
+    def __init__(self, status: int, message: str, method: str, path: str):
+        self.status, self.message = status, message
+        super().__init__(f"Gitea refused {method} {path}: {status} {message}".strip())
+
+    def __reduce__(self):
+        # Crossing a process boundary (a Ray actor call) it becomes the plain ForgeError it is for the agent.
+        return (ForgeError, (str(self),))
+
+
+class MattermostAPIError(ChatError):
+    """Mattermost answered an API call with an error status."""
+
+    def __init__(self, status: int, message: str, method: str, path: str):
+        self.status, self.message = status, message
+        super().__init__(f"Mattermost refused {method} {path}: {status} {message}".strip())
+
+    def __reduce__(self):
+        # Crossing a process boundary (a Ray actor call) it becomes the plain ChatError it is for the agent.
+        return (ChatError, (str(self),))
+
+
+class ToolFailure(Exception):
+    """An error the model can act on: its message is returned as the tool result."""
+
+
+AGENT_REFUSALS = (BoardError, ChatError, ForgeError, MergeConflict)
+"""The service refusals a tool call turns into a message for the agent (see `ToolFailure`)."""
+
+
+class AgentDied(Exception):
+    """The agent process exited or its connection broke; the worker restarts it."""
+
+
+class AgentNeedsCredentials(AgentDied):
+    """The agent refused to start a session for lack of credentials (a restart will not help)."""
+
+
+class TurnFailed(Exception):
+    """The agent answered the prompt with an error (e.g. its model endpoint failed); the process lives on."""
+
+
+class HarnessError(ValueError):
+    """An unknown harness name, or an agent CLI that cannot be found or configured."""
+
+
+class TaskError(Exception):
+    """A task that cannot be found, read or run, with a message saying which and why."""
+
+
+class UnknownService(ValueError):
+    """An unknown forge or chat name, or one missing a setting it needs."""
+
+
+class CapacityError(RuntimeError):
+    """The cluster cannot host the requested workers."""

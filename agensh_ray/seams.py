@@ -1,0 +1,196 @@
+"""The seams of agensh-ray as Protocols: what each side of a boundary needs
+from the other, and nothing more. Implementations duck-type them.
+
+Two families:
+
+* the **services**, as their adapters implement them (`Forge`, `Chat`: plain,
+  synchronous objects, one per run, living inside the forge and chat actors);
+* what a **worker host** awaits (`BoardAccess`, `ChatAccess`, `ForgeAccess`,
+  gathered in `Services`): in a run these are facades over Ray actors; in
+  tests, the same plain objects called in-process. The host never knows which.
+
+And the two seams inside a worker host: `AgentSession` (one worker's agent
+behind ACP: a process of its own, or a session on a shared sim process) and
+`Infra` (what the MCP tool server calls back into, per worker).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, ForgeEvent, Issue, PullRequest, ReviewVerdict
+
+# ---------------------------------------------------------------------------- services
+
+
+class Forge(Protocol):
+    """A git forge with pull requests (embedded, or Gitea). All calls are synchronous."""
+
+    def add_user(self, name: str) -> str:
+        """Create a user (idempotent) and return its access token."""
+
+    def clone_url(self, user: str) -> str:
+        """HTTP URL of the repository carrying this user's credentials."""
+
+    def init_repo(self, starter_dir: Any, title: str, body: str) -> None:
+        """Seed the repository from a starter directory and open issue #1 = the task (idempotent)."""
+
+    def issue_view(self, number: int) -> Issue: ...
+
+    def pr_create(self, author: str, head: str, title: str, body: str = "", base: str = "main") -> PullRequest: ...
+
+    def pr_list(self, state: str = "open") -> list[PullRequest]:
+        """state: open | merged | closed | all."""
+
+    def pr_view(self, number: int, with_diff: bool = True) -> PullRequest: ...
+
+    def pr_review(self, number: int, reviewer: str, verdict: ReviewVerdict, body: str = "") -> PullRequest: ...
+
+    def pr_comment(self, number: int, author: str, body: str) -> PullRequest: ...
+
+    def pr_merge(self, number: int, merger: str) -> PullRequest:
+        """Merge into the base; raises MergeConflict (with the files) or ForgeError."""
+
+    def pr_close(self, number: int, by: str) -> PullRequest: ...
+
+    def events_since(self, cursor: int, limit: int = 1000) -> list[ForgeEvent]:
+        """Forge events with seq > cursor, oldest first."""
+
+    def main_head(self) -> str:
+        """Commit id of main."""
+
+    def close(self) -> None: ...
+
+
+class Chat(Protocol):
+    """One task channel and direct messages (embedded, or Mattermost). All calls are synchronous."""
+
+    def add_user(self, name: str) -> None: ...
+
+    def post(self, sender: str, text: str) -> ChatMessage:
+        """Post on the task channel."""
+
+    def dm(self, sender: str, to: str, text: str) -> ChatMessage: ...
+
+    def messages_since(self, cursor: int, limit: int = 1000) -> list[ChatMessage]:
+        """Every message (posts and DMs) with seq > cursor, oldest first."""
+
+    def history(self, user: str, limit: int = 50) -> list[ChatMessage]:
+        """The newest channel posts and the DMs to or from `user`, oldest first."""
+
+    @property
+    def last_seq(self) -> int:
+        """The newest message's seq (0: none yet)."""
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------- what a worker host awaits
+
+
+class BoardAccess(Protocol):
+    """The board as a worker host uses it (refusals raise BoardError)."""
+
+    async def awrite(self, entry: BoardEntryIn) -> BoardEntry: ...
+
+    async def arecent(self, limit: int | None = None) -> list[BoardEntry]: ...
+
+    async def aunfold(self, seq: int) -> BoardEntry: ...
+
+    async def agrep(self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
+                    ) -> list[BoardEntry]: ...
+
+
+class ChatAccess(Protocol):
+    """The chat as a worker host uses it (refusals raise ChatError)."""
+
+    async def post(self, sender: str, text: str) -> ChatMessage: ...
+
+    async def dm(self, sender: str, to: str, text: str) -> ChatMessage: ...
+
+    async def history(self, user: str, limit: int = 50) -> list[ChatMessage]: ...
+
+
+class ForgeAccess(Protocol):
+    """The forge as a worker host uses it (refusals raise ForgeError or MergeConflict)."""
+
+    async def issue_view(self, number: int) -> Issue: ...
+
+    async def pr_create(self, author: str, head: str, title: str, body: str = "") -> PullRequest: ...
+
+    async def pr_list(self, state: str = "open") -> list[PullRequest]: ...
+
+    async def pr_view(self, number: int, with_diff: bool = True) -> PullRequest: ...
+
+    async def pr_review(self, number: int, reviewer: str, verdict: str, body: str = "") -> PullRequest: ...
+
+    async def pr_comment(self, number: int, author: str, body: str) -> PullRequest: ...
+
+    async def pr_merge(self, number: int, merger: str) -> PullRequest: ...
+
+
+class Services(Protocol):
+    """The shared services of a run, as one worker host reaches them."""
+
+    board: BoardAccess
+    chat: ChatAccess
+    forge: ForgeAccess
+
+
+# ---------------------------------------------------------------------------- inside a worker host
+
+
+class AgentSession(Protocol):
+    """One worker's agent behind ACP: ``start() -> prompt(text) ... -> restart() ... -> close()``.
+
+    `prompt` raises AgentDied when the agent process dies or its connection breaks, TurnFailed when
+    the agent answers the turn with an error; `restart` brings it back and says whether the old
+    conversation was restored (session/load) or a new session needs the hand-off summary.
+    """
+
+    env: dict[str, str]
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    async def start(self) -> str:
+        """Start (or join) the agent process and open the session; returns the session id."""
+
+    async def prompt(self, text: str) -> tuple[str, str]:
+        """One turn: (ACP stop reason, the agent's text)."""
+
+    async def cancel(self) -> None: ...
+
+    async def restart(self) -> bool:
+        """After a crash; True if the old session was loaded (no hand-off needed)."""
+
+    async def close(self) -> None: ...
+
+
+class Infra(Protocol):
+    """What the MCP tool server needs from its host, per worker. Raise ToolFailure for bad arguments."""
+
+    async def board_write(self, worker: str, type: str, text: str, detail: str | None) -> BoardEntry: ...
+    async def board_read(self, worker: str, limit: int) -> list[BoardEntry]: ...
+    async def board_unfold(self, worker: str, seq: int) -> BoardEntry: ...
+    async def board_grep(self, worker: str, pattern: str, regex: bool, limit: int) -> list[BoardEntry]: ...
+    async def send_dm(self, worker: str, to: str, text: str) -> ChatMessage: ...
+    async def channel_post(self, worker: str, text: str) -> ChatMessage: ...
+    async def read_messages(self, worker: str, limit: int) -> list[ChatMessage]: ...
+    async def pr_create(self, worker: str, head: str, title: str, body: str) -> PullRequest: ...
+    async def pr_list(self, worker: str, state: str) -> list[PullRequest]: ...
+    async def pr_view(self, worker: str, number: int) -> PullRequest: ...
+    async def pr_review(self, worker: str, number: int, verdict: str, body: str) -> PullRequest: ...
+    async def pr_comment(self, worker: str, number: int, body: str) -> PullRequest: ...
+    async def pr_merge(self, worker: str, number: int) -> PullRequest: ...
+    async def issue_view(self, worker: str, number: int) -> str: ...
+
+    def pending_urgent(self, worker: str) -> str:
+        """Text of urgent events queued for the worker (empty if none); marks them delivered."""
+
+    def record_tool_call(self, worker: str, tool: str, duration_ms: float, ok: bool, error: str | None) -> None: ...
+
+    def check_token(self, worker: str, token: str) -> bool: ...
