@@ -1,9 +1,14 @@
-"""In-process services for tests that drive a WorkerHost without Ray: the
-real Board, EmbeddedChat and EmbeddedForge, awaited like their actors."""
+"""What tests share: the one polling helper (`wait_for` / `await_for`: wait on a
+condition with a timeout, never a fixed sleep), and in-process services for tests
+that drive a WorkerHost without Ray (the real Board, EmbeddedChat and
+EmbeddedForge, awaited like their actors)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 from pathlib import Path
 
 from agensh_ray.board import Board
@@ -12,6 +17,36 @@ from agensh_ray.services.chat.embedded import EmbeddedChat
 from agensh_ray.services.forge.embedded import EmbeddedForge
 from agensh_ray.task import Task
 from agensh_ray.worker import WorkerHost
+
+
+T = TypeVar("T")
+
+
+def wait_for(cond: Callable[[], T], timeout: float, what: str, step: float = 0.05) -> T:
+    """Poll `cond` until it returns something truthy and return that; AssertionError naming `what` after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(step)
+
+
+async def await_for(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
+    """`wait_for` for coroutines: polls without blocking the event loop (`cond` may be async)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(step)
 
 
 class Awaited:
