@@ -54,13 +54,10 @@ def agent_env(cfg: RunConfig, worker_id: str, home: Path, task_root: Path, share
         for k in GIT_IDENTITY:
             env.pop(k)
     if cfg.harness == "sim":
-        sim = cfg.sim
         env.update(
+            AGENSH_SIM_CONFIG=cfg.sim.model_dump_json(),
             AGENSH_SIM_SEED=str(cfg.seed),
-            AGENSH_SIM_THINK_S=str(cfg.wall(sim.think_s)),
-            AGENSH_SIM_BUG_RATE=str(sim.bug_rate),
-            AGENSH_SIM_OBSERVE_RATE=str(sim.observe_rate),
-            AGENSH_SIM_VERIFY_MAIN_RATE=str(sim.verify_main_rate),
+            AGENSH_SIM_TIME_SCALE=str(cfg.time_scale),
             AGENSH_SIM_TASK=str(task_root),
             PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
         )
