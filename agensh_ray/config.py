@@ -40,7 +40,8 @@ class RoutingConfig(BaseModel):
 
 
 class SimConfig(BaseModel):
-    """Knobs of the built-in simulated agent (stands in for an LLM-driven CLI)."""
+    """Knobs of the built-in simulated agent (stands in for an LLM-driven CLI; what it models and what it
+    does not: agensh_ray/sim/settings.py)."""
 
     model_config = ConfigDict(extra="forbid")
 

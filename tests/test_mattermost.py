@@ -107,10 +107,10 @@ def test_dm_over_the_websocket_is_delivered_mid_turn(chat, mm_env, tmp_path):
     try:
         fan = Fanout({"h000": WORKERS})
         host.deliver(fan.split("chat", [msg])["h000"], {"chat": msg.seq})
-        assert host.pending_urgent("w002") == ""
-        urgent = host.pending_urgent("w001")
+        assert host.backend.pending_urgent("w002") == ""
+        urgent = host.backend.pending_urgent("w001")
         assert "[DM from w003] stop: upper is already merged" in urgent
-        assert host.pending_urgent("w001") == "", "delivered once"
+        assert host.backend.pending_urgent("w001") == "", "delivered once"
     finally:
         host.trace.close()
     assert not fake.violations, "\n".join(map(str, fake.violations))
