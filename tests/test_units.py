@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from acp import RequestError
 
-from agensh_ray.config import RunConfig
-from agensh_ray.driver import launch_offsets, worker_ids
+from agensh_ray.config import RunConfig, worker_ids
+from agensh_ray.driver import launch_offsets
 from agensh_ray.errors import HarnessError
 from agensh_ray.harness import get_harness
 from agensh_ray.session import confine
