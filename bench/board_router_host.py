@@ -117,8 +117,7 @@ class BenchHost:
         self.stats["cpu_s"] = time.process_time() - p0
         gc.callbacks.remove(on_gc)
         self.stats["gc_s"] = gc_t["s"]
-        r = self.board._reader
-        self.stats["fetches"], self.stats["rows"] = (r.fetches, r.rows) if r is not None else (0, 0)
+        self.stats["fetches"], self.stats["rows"] = self.board.fetch_counts()
         return self.stats
 
     async def _sleep(self, s: float) -> bool:
