@@ -1,7 +1,7 @@
 """What tests share: the one polling helper (`wait_for` / `await_for`: wait on a
 condition with a timeout, never a fixed sleep), and in-process services for tests
-that drive a WorkerHost without Ray (the real Board, EmbeddedChat and
-EmbeddedForge, awaited like their actors)."""
+that drive a WorkerHost without Ray (the board client over the real BoardService,
+the real EmbeddedChat and EmbeddedForge, awaited like their actors)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agensh_ray.board import Board
+from agensh_ray.board import BoardClient, BoardService
 from agensh_ray.config import RunConfig
 from agensh_ray.services.chat.embedded import EmbeddedChat
 from agensh_ray.services.forge.embedded import EmbeddedForge
@@ -63,31 +63,13 @@ class Awaited:
         return call
 
 
-class LocalBoard:
-    """The BoardHandle's async surface over a plain Board."""
-
-    def __init__(self, board: Board):
-        self.board = board
-
-    async def awrite(self, entry):
-        return self.board.write(entry)
-
-    async def arecent(self, limit=None):
-        return self.board.recent(limit)
-
-    async def aunfold(self, seq):
-        return self.board.unfold(seq)
-
-    async def agrep(self, pattern, regex=True, limit=50, type=None):
-        return self.board.grep(pattern, regex=regex, limit=limit, type=type)
-
-
 class LocalServices:
     def __init__(self, root: Path, workers: list[str], task: str = "textkit"):
         self.task = Task.load(task)
         starter = root / "starter"
         self.task.materialize_starter(starter)
-        self.board_plain = Board(root / "board.jsonl")
+        self.board_service = BoardService(str(root / "board.jsonl"))
+        self.board_plain = self.board_service.board
         self.chat_plain = EmbeddedChat(root / "chat")
         self.forge_plain = EmbeddedForge(root / "forge")
         self.forge_plain.start()
@@ -95,7 +77,7 @@ class LocalServices:
         for w in workers:
             self.chat_plain.add_user(w)
             self.forge_plain.add_user(w)
-        self.board = LocalBoard(self.board_plain)
+        self.board = BoardClient(self.board_service)  # the host's real client, over the service in-process
         self.chat = Awaited(self.chat_plain)
         self.forge = Awaited(self.forge_plain)
         self.clone_urls = {w: self.forge_plain.clone_url(w) for w in workers}
@@ -107,5 +89,6 @@ class LocalServices:
         )
 
     def close(self) -> None:
+        self.board_service.close()
         self.forge_plain.close()
         self.chat_plain.close()

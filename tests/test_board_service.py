@@ -40,8 +40,7 @@ def rows(entries: list[BoardEntry]) -> list[Row]:
 async def service(tmp_path):
     svc = BoardService(str(tmp_path / "board.jsonl"))
     yield svc
-    await svc.close()
-    svc.board.close()
+    svc.close()
 
 
 async def test_group_commit_shares_fsyncs_across_concurrent_writes(service):
@@ -117,8 +116,7 @@ async def test_slow_grep_is_stopped_at_its_budget_while_writes_go_on(tmp_path):
         assert [x.text for x in await client.agrep("during the grep", regex=False, limit=1)] == [
             f"written during the grep {writes - 1}"]
     finally:
-        await svc.close()
-        svc.board.close()
+        svc.close()
 
 
 async def test_grep_with_no_budget_answers_within_its_first_block(tmp_path):
@@ -132,8 +130,7 @@ async def test_grep_with_no_budget_answers_within_its_first_block(tmp_path):
             "a plain word in it (or regex=false) searches an index and is fast")
         assert [x.seq for x in await svc.grep("entry", limit=2)] == [3000, 2999]  # done inside the first block
     finally:
-        await svc.close()
-        svc.board.close()
+        svc.close()
 
 
 async def test_request_ids_make_writes_idempotent(tmp_path):
@@ -150,15 +147,13 @@ async def test_request_ids_make_writes_idempotent(tmp_path):
     first = entries_from_acks(wire, await svc.write_acks(wire))
     again = entries_from_acks(wire, await svc.write_acks(wire))
     assert first[0].seq == again[0].seq == 3 and again[0].text == "resent"
-    await svc.close()
-    svc.board.close()
+    svc.close()
     restarted = BoardService(path)  # the log reloaded: the keys are still known
     try:
         assert entries_from_acks(wire, await restarted.write_acks(wire))[0].seq == 3
         assert await restarted.last_seq() == 3
     finally:
-        await restarted.close()
-        restarted.board.close()
+        restarted.close()
 
 
 async def test_claim_ttl_follows_the_time_scale(tmp_path):
@@ -176,8 +171,7 @@ async def test_claim_ttl_follows_the_time_scale(tmp_path):
         assert [x.text for x in await client.arecent()] == ["a fact"]
         assert len(await client.agrep("parser")) == 1  # grep still finds it
     finally:
-        await svc.close()
-        svc.board.close()
+        svc.close()
 
 
 async def test_fed_view_answers_without_a_call_and_falls_back_after_a_gap(tmp_path):
@@ -213,8 +207,7 @@ async def test_fed_view_answers_without_a_call_and_falls_back_after_a_gap(tmp_pa
         mono.t += reader.view.FED_MAX_AGE_S
         assert (await reader.arecent())[-1].seq == last.seq and reader.fetch_counts()[0] == fetches + 2
     finally:
-        await svc.close()
-        svc.board.close()
+        svc.close()
 
 
 async def test_concurrent_readers_share_one_fetch(service):
@@ -237,8 +230,7 @@ async def test_committed_entries_land_in_the_board_trace(tmp_path):
     client = BoardClient(svc)
     await client.awrite(e("traced", detail="more"))
     await client.awrite_batch([e("also traced", type="CLAIM", worker="w2")])
-    await svc.close()
-    svc.board.close()
+    svc.close()
     files = await await_for(lambda: list((tmp_path / "run" / "trace" / "board").glob("*.parquet")), 10,
                             "the board trace files")
     table = pq.read_table(files).to_pylist()

@@ -248,11 +248,12 @@ class BoardService:
     async def pid(self) -> int:
         return os.getpid()
 
-    async def close(self) -> None:
-        """Flush the trace (end of run) and stop counting garbage collections."""
+    def close(self) -> None:
+        """End of run: flush the trace, close the log, stop counting garbage collections (idempotent)."""
         if self._trace is not None:
             self._trace_backlog()
             self._trace.close()
+        self.board.close()
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
 
