@@ -1,11 +1,20 @@
 """Shared fixtures: one Ray instance for the whole session (Ray's own
-`ray_start_regular_shared` pattern); most tests need no Ray at all."""
+`ray_start_regular_shared` pattern); most tests need no Ray at all.
+
+Markers say what a test starts: a test that asks for `ray_session` is marked
+`ray` here, so `-m "not ray"` runs exactly the tests that start no Ray."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
 
 
 @pytest.fixture(scope="session")

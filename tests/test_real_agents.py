@@ -29,7 +29,7 @@ from agensh_ray.fakes.openai_server import FakeOpenAI
 from agensh_ray.fakes.script import Script, Step, Turn
 from agensh_ray.fakes.textkit import feature_turn
 from agensh_ray.models import Delivery, now_us
-from tests.support import LocalServices
+from tests.support import LocalServices, await_for
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.timeout(300)]
 
@@ -57,16 +57,6 @@ def deliver_dm(host, msg) -> None:
     host.deliver([Delivery(event_id=msg.event_id, worker_id=msg.to, priority="high", kind="dm",
                            text=f"[DM from {msg.sender}] {msg.text}", enqueue_ts=now_us())],
                  {"chat": msg.seq})
-
-
-async def until(predicate, timeout: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def table(run_dir: Path, name: str) -> list[dict]:
@@ -123,7 +113,7 @@ async def test_copilot_one_whole_loop_through_our_tools_and_its_own_shell(
         deliver_dm(host, services.chat_plain.dm("w002", "w001", dm))
         assert host.inbox.has_urgent("w001")
         fake.open_gate("dm")
-        await until(lambda: w.turn >= 1 and not w.in_turn, 180, "the first turn to end")
+        await await_for(lambda: w.turn >= 1 and not w.in_turn, 180, "the first turn to end")
         session_pid = w.session.pid
         assert session_pid and w.crashed == 0
     finally:
@@ -197,11 +187,11 @@ async def test_copilot_killed_mid_turn_is_restarted_and_resumes(
                 shutil.rmtree(d) if d.is_dir() else d.unlink()
         os.killpg(old_pid, signal.SIGKILL)
         fake.open_gate("crash")
-        await until(lambda: w.crashed == 1 and w.session.pid != old_pid and w.session.alive, 120, "the restart")
-        await until(
+        await await_for(lambda: w.crashed == 1 and w.session.pid != old_pid and w.session.alive, 120, "the restart")
+        await await_for(
             lambda: any("resumed after" in e.text for e in services.board_plain.recent()), 120, "the resumed turn"
         )
-        await until(lambda: not w.in_turn, 60, "the resumed turn to end")
+        await await_for(lambda: not w.in_turn, 60, "the resumed turn to end")
         assert not w.stopped
     finally:
         await host.stop()
@@ -240,7 +230,7 @@ async def test_claude_code_calls_our_tool_and_writes_through_fs(services, tmp_pa
     w = host.workers["w001"]
     try:
         await host.launch("w001")
-        await until(lambda: w.turn >= 1 and not w.in_turn, 180, "the turn to end")
+        await await_for(lambda: w.turn >= 1 and not w.in_turn, 180, "the turn to end")
         writes = list(w.session.client.files_written)
     finally:
         await host.stop()
@@ -295,7 +285,7 @@ async def test_handshake_and_a_clear_error_without_credentials(name, key, servic
         try:
             assert session_id and s.alive and s.can_load
             # It connected to our MCP server (Gemini without --skip-trust would silently not).
-            await until(lambda: host.tools.hits.get("w001", 0) >= 2, 30, f"{name} to connect to the MCP server")
+            await await_for(lambda: host.tools.hits.get("w001", 0) >= 2, 30, f"{name} to connect to the MCP server")
         finally:
             await s.close()
         assert not s.alive

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import threading
-import time
 
 import pytest
 import ray
@@ -18,18 +17,9 @@ from agensh_ray.analysis.views import connect
 from agensh_ray.config import RunConfig
 from agensh_ray.driver import Run
 from agensh_ray.task import Task
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
-
-def wait_for(cond, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
