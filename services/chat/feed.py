@@ -32,6 +32,8 @@ class ChatFeed:
         self._changed = asyncio.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
         """The loop the long polls wait on (set by the first wait_since)."""
+        self.polls_waiting = 0
+        """Long polls parked now, waiting for a message."""
         self._pushed = hasattr(chat, "add_listener")
         """True when the chat reports its own new messages (they may not come through post/dm)."""
         if self._pushed:
@@ -61,10 +63,13 @@ class ChatFeed:
         self._loop = asyncio.get_running_loop()
         if self.chat.last_seq <= cursor:
             async with self._changed:
+                self.polls_waiting += 1
                 try:
                     await asyncio.wait_for(self._changed.wait_for(lambda: self.chat.last_seq > cursor), timeout_s)
                 except asyncio.TimeoutError:
                     return []
+                finally:
+                    self.polls_waiting -= 1
         return self.chat.messages_since(cursor, limit)
 
     def last_seq(self) -> int:
