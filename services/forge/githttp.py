@@ -37,13 +37,12 @@ from pathlib import Path
 from typing import IO, Callable
 from urllib.parse import unquote, urlsplit
 
-from agensh_ray.services.forge.http_body import BadRequest, read_body
+from agensh_ray.services.forge.http_body import COPY, BadRequest, read_body
 from agensh_ray.services.http_thread import serve_in_thread
 
 log = logging.getLogger(__name__)
 
 REALM = "agensh"
-_COPY = 64 * 1024
 
 
 def git_exec_path() -> str:
@@ -317,7 +316,7 @@ class _GitHandler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         while True:
-            data = out.read1(_COPY) if hasattr(out, "read1") else out.read(_COPY)
+            data = out.read1(COPY) if hasattr(out, "read1") else out.read(COPY)
             if not data:
                 break
             if chunked:
