@@ -96,3 +96,8 @@ class UnknownService(ValueError):
 
 class CapacityError(RuntimeError):
     """The cluster cannot host the requested workers."""
+
+
+class ProvisionError(Exception):
+    """Provisioning Gitea/Mattermost for a run cannot go on (an empty token file, a token that is not a site
+    admin's, a repository whose #1 is taken, a failed seed push); the message says what to do."""

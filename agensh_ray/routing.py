@@ -29,8 +29,8 @@ from heapq import merge
 from operator import itemgetter
 from typing import Any, Iterable, NamedTuple
 
-from agensh_ray.board import Row
 from agensh_ray.models import BoardEntry, ChatMessage, EntryType, ForgeEvent, now_us
+from agensh_ray.wire import Row
 
 SOURCES = ("board", "chat", "forge")
 POLICIES = ("all", "relevant")
