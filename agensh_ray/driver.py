@@ -103,7 +103,7 @@ class Run:
 
     def _bootstrap(self) -> None:
         from agensh_ray.actors.board import get_or_create_board
-        from agensh_ray.services.registry import make_services
+        from agensh_ray.actors.services import make_services
 
         rd = str(self.run_dir)
         starter = self.run_dir / "starter"

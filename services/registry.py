@@ -1,9 +1,10 @@
 """Forge and chat implementations by name. A module is imported only when its
 name is chosen; an unknown name gets the list of known ones.
 
-`make_forge` / `make_chat` build the plain objects (inside the ForgeActor /
-ChatActor); `make_services` creates those actors for a run (the driver's one
-call).
+`make_forge` / `make_chat` build the plain objects (the ForgeActor and
+ChatActor build theirs here); `service_options` is what of the run config
+they read. Creating the actors of a run is the actors layer's job
+(agensh_ray.actors.services.make_services).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ FORGES: dict[str, str] = {"embedded": "one machine: a bare repo over git smart-H
 CHATS: dict[str, str] = {"embedded": "one machine: a chat actor with a JSONL log", "mattermost": "a Mattermost server"}
 
 
-def _check(kind: str, name: str, known: dict[str, str]) -> None:
+def check_name(kind: str, name: str) -> None:
+    """UnknownService listing the known names unless `name` is a known `kind` ("forge" or "chat")."""
+    known = FORGES if kind == "forge" else CHATS
     if name not in known:
         listed = "; ".join(f"{k} ({v})" for k, v in known.items())
         raise UnknownService(f"unknown {kind} {name!r}; known: {listed}")
@@ -31,19 +34,14 @@ def _need(options: dict, key: str, what: str) -> Any:
 
 
 def make_forge(name: str, root: Path, options: dict | None = None):
-    """The Forge for `name`, started. options: secrets, gitea_url, intake_listen (gitea)."""
-    _check("forge", name, FORGES)
+    """The Forge for `name`, started. options: host (embedded: the address to listen on, default
+    127.0.0.1), secrets, gitea_url, intake_listen (gitea)."""
+    check_name("forge", name)
     options = options or {}
     if name == "embedded":
         from agensh_ray.services.forge.embedded import EmbeddedForge
 
-        # On a cluster the agents of other nodes clone and push here: listen on this node's address.
-        host = "127.0.0.1"
-        if options.get("cluster"):
-            import ray
-
-            host = ray.util.get_node_ip_address()
-        forge = EmbeddedForge(Path(root), host=host)
+        forge = EmbeddedForge(Path(root), host=options.get("host") or "127.0.0.1")
     else:
         from agensh_ray.services.forge.gitea import GiteaForge
 
@@ -55,7 +53,7 @@ def make_forge(name: str, root: Path, options: dict | None = None):
 
 def make_chat(name: str, root: Path, options: dict | None = None):
     """The Chat for `name`, started. options: secrets, mattermost_url (mattermost)."""
-    _check("chat", name, CHATS)
+    check_name("chat", name)
     options = options or {}
     if name == "embedded":
         from agensh_ray.services.chat.embedded import EmbeddedChat
@@ -75,22 +73,3 @@ def service_options(cfg: Any) -> dict:
     if svc is None:
         return {}
     return {k: (str(v) if v is not None else None) for k, v in svc.model_dump().items()}
-
-
-def make_services(cfg: Any, run_dir: Path, run_id: str) -> tuple[Any, Any]:
-    """(chat actor, forge actor) for a run, named chat-<run_id> and forge-<run_id>."""
-    from agensh_ray.actors.chat import ChatActor
-    from agensh_ray.actors.forge import ForgeActor
-
-    _check("forge", cfg.forge, FORGES)
-    _check("chat", cfg.chat, CHATS)
-    opts = service_options(cfg)
-    if getattr(cfg, "address", None):
-        opts["cluster"] = "1"
-    rd = str(run_dir)
-    chat = ChatActor.options(name=f"chat-{run_id}").remote(str(Path(run_dir) / "chat"), rd, run_id, cfg.chat, opts)
-    forge = ForgeActor.options(name=f"forge-{run_id}").remote(str(Path(run_dir) / "forge"), rd, run_id, cfg.forge,
-                                                            opts)
-    return chat, forge
-
-

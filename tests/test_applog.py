@@ -14,7 +14,7 @@ import pytest
 from agensh_ray.applog import AppendLog, next_seq, read_new_lines
 from agensh_ray.services.chat.embedded import EmbeddedChat
 from agensh_ray.services.chat.log import MessageLog
-from agensh_ray.services.intake import ForgeEventLog
+from agensh_ray.services.forge.gitea.webhooks import ForgeEventLog
 
 TORN = b'{"seq":99,"ts":1,"sender":"w001","to":null,"text":"cut in the mid'
 

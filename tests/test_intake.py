@@ -8,7 +8,8 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from agensh_ray.services.intake import ForgeEventLog, GiteaWebhookMapper, WebhookIntake, signature
+from agensh_ray.services.forge.gitea.intake import WebhookIntake, signature
+from agensh_ray.services.forge.gitea.webhooks import ForgeEventLog, GiteaWebhookMapper
 from agensh_ray.trace import IntakeRow, TraceWriter
 
 SECRET = "s3cret-for-tests"

@@ -3,17 +3,21 @@ the fake Mattermost, every body checked against services/fakes/specs/mattermost-
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 
 from agensh_ray.config import RunConfig
 from agensh_ray.errors import ChatError
 from agensh_ray.routing import Fanout
+from agensh_ray.services.chat.feed import ChatFeed
 from agensh_ray.services.fakes.contract import missing_specs
+from agensh_ray.trace import TraceWriter
 from agensh_ray.worker import WorkerHost
-from tests.support import wait_for
+from tests.support import await_for, wait_for
 
 SKIP = missing_specs("mattermost")
 pytestmark = [
@@ -103,6 +107,26 @@ def test_dm_over_the_websocket_is_delivered_mid_turn(chat, mm_env, tmp_path):
         assert host.backend.pending_urgent("w001") == "", "delivered once"
     finally:
         host.trace.close()
+    assert not fake.violations, "\n".join(map(str, fake.violations))
+
+
+async def test_chat_feed_wakes_on_a_websocket_dm_and_traces_each_message_once(chat, mm_env, tmp_path):
+    """The ChatActor's logic on Mattermost: a DM that arrives on the websocket (not through the feed)
+    is traced by the listener and wakes the routers' long poll; the feed's own DM is traced once."""
+    fake, _ = mm_env
+    feed = ChatFeed(chat, TraceWriter(tmp_path / "run", "chat", "r1", flush_interval_s=0))
+    start = feed.last_seq()
+    waiting = asyncio.create_task(feed.wait_since(start, timeout_s=30))
+    await await_for(lambda: feed.polls_waiting == 1, 5, "the long poll to park")
+    await asyncio.to_thread(raw_dm, fake, chat, "w003", "w001", "stop: upper is already merged")
+    [got] = await asyncio.wait_for(waiting, 10)
+    assert (got.sender, got.to, got.text) == ("w003", "w001", "stop: upper is already merged")
+    mine = await feed.dm("w001", "w003", "ok, moving to lower")
+    assert await feed.wait_since(got.seq, timeout_s=5) == [mine]
+    feed.trace.close()
+    rows = sorted(pq.read_table(tmp_path / "run" / "trace" / "messages").to_pylist(), key=lambda r: r["seq"])
+    assert [(r["sender"], r["recipient"], r["text"]) for r in rows] == [
+        ("w003", "w001", "stop: upper is already merged"), ("w001", "w003", "ok, moving to lower")]
     assert not fake.violations, "\n".join(map(str, fake.violations))
 
 

@@ -208,7 +208,7 @@ class PrChangeRow(TraceRow):
 
 class IntakeRow(TraceRow):
     """A webhook the router intake refused (bad or missing signature, body too large); nothing else is done
-    with it. Written by the forge actor, which hosts the intake (services/intake.py)."""
+    with it. Written by the forge actor, which hosts the intake (services/forge/gitea/intake.py)."""
 
     source: str
     """The sender's address."""

@@ -1,5 +1,5 @@
-"""Git smart HTTP for the embedded forge: `git http-backend` behind a threaded
-HTTP server with Basic auth.
+"""Git smart HTTP for the embedded forge (and the fake Gitea): `git http-backend`
+behind a threaded HTTP server with Basic auth.
 
 Only the repositories under `project_root` whose names are listed in `repos`
 are served (the embedded forge has one: `/repo.git`). Every request needs
@@ -12,7 +12,7 @@ What the server does for git that a bare CGI runner would not:
   pushes larger than `http.postBuffer`) are de-chunked, and bodies sent with
   `Content-Encoding: gzip` (git gzips large fetch negotiations) are inflated,
   so `git http-backend` always sees a plain body with an exact
-  CONTENT_LENGTH;
+  CONTENT_LENGTH (http_body.py);
 * the backend's output is streamed back; when the backend does not give a
   Content-Length the response is sent chunked, so HTTP/1.1 keep-alive and
   `Expect: 100-continue` both work;
@@ -32,20 +32,17 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Callable
 from urllib.parse import unquote, urlsplit
 
+from agensh_ray.services.forge.http_body import COPY, BadRequest, read_body
 from agensh_ray.services.http_thread import serve_in_thread
 
 log = logging.getLogger(__name__)
 
 REALM = "agensh"
-_COPY = 64 * 1024
-_MAX_BODY = 2 * 1024**3
-"""Refuse request bodies (after inflation) larger than this: 2 GiB."""
 
 
 def git_exec_path() -> str:
@@ -54,78 +51,6 @@ def git_exec_path() -> str:
     if git is None:
         raise RuntimeError("git is not installed (need git >= 2.32 on PATH)")
     return git
-
-
-class _BadRequest(Exception):
-    pass
-
-
-def _read_chunked(rfile: IO[bytes], out: IO[bytes]) -> int:
-    """Decode an HTTP/1.1 chunked body from `rfile` into `out`; return its length."""
-    total = 0
-    while True:
-        line = rfile.readline(1024)
-        if not line:
-            raise _BadRequest("connection closed inside a chunked body")
-        size_text = line.split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError as exc:
-            raise _BadRequest(f"bad chunk size {size_text!r}") from exc
-        if size == 0:
-            # Trailers (normally none) up to the empty line.
-            while True:
-                trailer = rfile.readline(8192)
-                if trailer in (b"\r\n", b"\n", b""):
-                    return total
-        total += size
-        if total > _MAX_BODY:
-            raise _BadRequest("request body too large")
-        remaining = size
-        while remaining:
-            data = rfile.read(min(remaining, _COPY))
-            if not data:
-                raise _BadRequest("connection closed inside a chunk")
-            out.write(data)
-            remaining -= len(data)
-        rfile.readline(8)  # the CRLF that ends every chunk
-
-
-def _read_exact(rfile: IO[bytes], out: IO[bytes], length: int) -> int:
-    if length > _MAX_BODY:
-        raise _BadRequest("request body too large")
-    remaining = length
-    while remaining:
-        data = rfile.read(min(remaining, _COPY))
-        if not data:
-            raise _BadRequest("connection closed before the end of the body")
-        out.write(data)
-        remaining -= len(data)
-    return length
-
-
-def _gunzip(src: IO[bytes], out: IO[bytes]) -> int:
-    """Inflate a gzip stream (possibly several members) from `src` into `out`."""
-    total = 0
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    while True:
-        data = src.read(_COPY)
-        if not data:
-            break
-        while data:
-            chunk = d.decompress(data)
-            total += len(chunk)
-            if total > _MAX_BODY:
-                raise _BadRequest("request body too large once inflated")
-            out.write(chunk)
-            if d.eof:
-                data = d.unused_data
-                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            else:
-                data = b""
-    tail = d.flush()
-    out.write(tail)
-    return total + len(tail)
 
 
 class GitHTTPServer:
@@ -268,45 +193,6 @@ class _GitHandler(BaseHTTPRequestHandler):
             ok = False
         return user if ok else None
 
-    def _read_body(self) -> tuple[IO[bytes] | None, int]:
-        """The request body as a plain (de-chunked, inflated) temp file, and its length."""
-        te = self.headers.get("Transfer-Encoding", "").lower()
-        cl = self.headers.get("Content-Length")
-        if "chunked" not in te and cl is None:
-            return None, 0
-        raw = tempfile.TemporaryFile()
-        try:
-            if "chunked" in te:
-                _read_chunked(self.rfile, raw)
-            else:
-                try:
-                    length = int(cl or "0")
-                except ValueError as exc:
-                    raise _BadRequest(f"bad Content-Length {cl!r}") from exc
-                _read_exact(self.rfile, raw, length)
-            raw.seek(0)
-            encoding = self.headers.get("Content-Encoding", "").strip().lower()
-            if encoding in ("gzip", "x-gzip"):
-                plain = tempfile.TemporaryFile()
-                try:
-                    _gunzip(raw, plain)
-                except zlib.error as exc:
-                    plain.close()
-                    raise _BadRequest(f"bad gzip body: {exc}") from exc
-                except BaseException:
-                    plain.close()
-                    raise
-                raw.close()
-                raw = plain
-            elif encoding not in ("", "identity"):
-                raise _BadRequest(f"unsupported Content-Encoding {encoding!r}")
-            size = raw.seek(0, os.SEEK_END)
-            raw.seek(0)
-            return raw, size
-        except BaseException:
-            raw.close()
-            raise
-
     # ------------------------------------------------------------------- main
 
     def _handle(self) -> None:
@@ -327,8 +213,8 @@ class _GitHandler(BaseHTTPRequestHandler):
             )
             return
         try:
-            body, length = self._read_body()
-        except _BadRequest as exc:
+            body, length = read_body(self.headers, self.rfile)
+        except BadRequest as exc:
             self._simple(400, f"bad request: {exc}")
             return
         try:
@@ -430,7 +316,7 @@ class _GitHandler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         while True:
-            data = out.read1(_COPY) if hasattr(out, "read1") else out.read(_COPY)
+            data = out.read1(COPY) if hasattr(out, "read1") else out.read(COPY)
             if not data:
                 break
             if chunked:

@@ -1,6 +1,4 @@
-"""The Forge protocol on a Gitea server (REST API v1 with plain httpx; giteapy
-is generated from a 2019 API and lacks branch protection, reviews and token
-scopes).
+"""The Forge protocol on a Gitea server (REST API v1 through `client.py`).
 
 Every call is made with the token of the worker it is for (read from the
 secrets file the bootstrap wrote), so Gitea's web interface shows who did
@@ -18,110 +16,34 @@ wording, with two Gitea-specific parts:
   `merge_wait_s`) and retries; if the PR conflicts, it raises MergeConflict.
   A 409 (the merge itself hit a conflict: main moved between Gitea's check
   and the merge) is a conflict too.
-* **Which files conflict.** Gitea's API does not say. The adapter keeps a
-  bare mirror of the repository (`<state_dir>/mirror.git`), fetches the
-  base branch and `refs/pull/N/head` and asks real git:
-  `git merge-tree --write-tree --name-only` lists the conflicted paths
-  without a worktree. If that fails, the agent still gets a clear ForgeError
-  saying the PR conflicts with main and what to do.
+* **Which files conflict.** Gitea's API does not say: `conflicts.py` asks
+  real git on a bare mirror. If that fails, the agent still gets a clear
+  ForgeError saying the PR conflicts with main and what to do.
 
-Forge events come from Gitea's webhooks through the intake
-(services/intake.py) into a durable log that `events_since` reads; merge
+Forge events come from Gitea's webhooks through the intake (`intake.py`,
+`webhooks.py`) into a durable log that `events_since` reads; merge
 conflicts, which Gitea sends no webhook for, are appended by the adapter.
+The refusals and notify rules are shared with the embedded forge
+(services/forge/rules.py).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
-import subprocess
-import threading
 import time
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-import httpx
+from agensh_ray.errors import ForgeError, GiteaAPIError, MergeConflict
+from agensh_ray.models import Comment, ForgeEvent, Issue, PullRequest, Review, ReviewVerdict
+from agensh_ray.services.forge import rules
+from agensh_ray.services.forge.gitea.client import GiteaClient, gitea_ts
+from agensh_ray.services.forge.gitea.conflicts import ConflictFinder
+from agensh_ray.services.forge.gitea.intake import WebhookIntake
+from agensh_ray.services.forge.gitea.webhooks import ForgeEventLog, GiteaWebhookMapper
 
-from agensh_ray.errors import GiteaAPIError
-from agensh_ray.models import (
-    Comment,
-    ForgeError,
-    ForgeEvent,
-    Issue,
-    MergeConflict,
-    PullRequest,
-    Review,
-    ReviewVerdict,
-)
-from agensh_ray.services.intake import ForgeEventLog, GiteaWebhookMapper, WebhookIntake, mentions
-
-log = logging.getLogger(__name__)
-
-API = "/api/v1"
-PAGE = 50
 _VERDICT_EVENT = {"approve": "APPROVED", "request_changes": "REQUEST_CHANGES", "comment": "COMMENT"}
 _EVENT_VERDICT = {v: k for k, v in _VERDICT_EVENT.items()}
-MAX_DIFF_CHARS = 2_000_000
-
-
-def _ts(iso: str | None) -> int | None:
-    if not iso:
-        return None
-    from datetime import datetime
-
-    try:
-        return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1_000_000)
-    except ValueError:
-        return None
-
-
-class GiteaClient:
-    """Thin REST client: JSON in and out, the token per call, errors as GiteaAPIError."""
-
-    def __init__(self, url: str, timeout: float = 30.0):
-        self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url + API, timeout=timeout, follow_redirects=False)
-
-    def call(self, method: str, path: str, token: str | None = None, json_body: Any = None,
-             params: dict | None = None, basic: tuple[str, str] | None = None, ok: tuple[int, ...] = (),
-             text: bool = False) -> Any:
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"token {token}"
-        try:
-            resp = self.http.request(method, path, json=json_body, params=params, headers=headers,
-                                     auth=basic)
-        except httpx.HTTPError as exc:
-            raise ForgeError(f"cannot reach Gitea at {self.url}: {exc}. Try again in a moment.") from None
-        if resp.status_code >= 400 and resp.status_code not in ok:
-            try:
-                message = resp.json().get("message", "")
-            except ValueError:
-                message = resp.text[:300]
-            raise GiteaAPIError(resp.status_code, message, method, path)
-        if resp.status_code in ok and resp.status_code >= 400:
-            return None
-        if text:
-            return resp.text
-        if not resp.content:
-            return None
-        return resp.json()
-
-    def paged(self, path: str, token: str, params: dict | None = None, limit: int = 10_000) -> list:
-        out: list = []
-        page = 1
-        while len(out) < limit:
-            batch = self.call("GET", path, token, params={**(params or {}), "page": page, "limit": PAGE})
-            out.extend(batch or [])
-            if not batch or len(batch) < PAGE:
-                break
-            page += 1
-        return out
-
-    def close(self) -> None:
-        self.http.close()
 
 
 class GiteaForge:
@@ -146,7 +68,7 @@ class GiteaForge:
             host, _, port = intake_listen.rpartition(":")
             self.intake = WebhookIntake(self.mapper, webhook_secret or "", host=host or "0.0.0.0", port=int(port),
                                         on_rejected=trace_rejected)
-        self._mirror_lock = threading.Lock()
+        self.conflicts = ConflictFinder(self.state_dir / "mirror.git", self._fetch_url)
         self._repo_path = f"/repos/{quote(org)}/{quote(repo)}"
 
     @classmethod
@@ -203,6 +125,10 @@ class GiteaForge:
         netloc = f"{quote(self._login(user), safe='')}:{token}@{parts.netloc}"
         return urlunsplit((parts.scheme, netloc, f"{parts.path}/{self.org}/{self.repo}.git", "", ""))
 
+    def _fetch_url(self) -> str:
+        """A clone URL the conflict mirror fetches with (the run's account)."""
+        return self.clone_url("admin" if "admin" in self.users else next(iter(self.users)))
+
     def init_repo(self, starter_dir: Path | None = None, title: str = "", body: str = "") -> None:
         """The bootstrap seeded the repository; check that it did."""
         admin = self._token("admin") if "admin" in self.users else next(iter(self.users.values()))["token"]
@@ -229,7 +155,7 @@ class GiteaForge:
                 raise ForgeError(f"issue #{number} not found") from None
             raise
         if j.get("pull_request"):
-            raise ForgeError(f"#{number} is a pull request, not an issue: use pr_view({number})")
+            raise rules.a_pr_not_an_issue(number)
         return Issue(number=j["number"], title=j["title"], body=j.get("body") or "", author=self._worker(j.get("user")),
                      state="closed" if j.get("state") == "closed" else "open")
 
@@ -242,9 +168,8 @@ class GiteaForge:
         try:
             self.client.call("GET", f"{self._repo_path}/issues/{int(number)}", self._reader)
         except GiteaAPIError:
-            open_ = ", ".join(f"#{p.number}" for p in self.pr_list("open")) or "none"
-            raise ForgeError(f"PR #{number} not found (open PRs: {open_}); pr_list shows them all") from None
-        raise ForgeError(f"#{number} is an issue, not a pull request: use issue_view({number})")
+            raise rules.pr_not_found(number, (p.number for p in self.pr_list("open"))) from None
+        raise rules.an_issue_not_a_pr(number)
 
     def _to_pr(self, j: dict, reviews: list | None = None, comments: list | None = None,
                files: list[str] | None = None, diff: str | None = None) -> PullRequest:
@@ -253,15 +178,14 @@ class GiteaForge:
             number=j["number"], title=j.get("title") or "", body=j.get("body") or "",
             author=self._worker(j.get("user")), head=(j.get("head") or {}).get("ref") or "",
             base=(j.get("base") or {}).get("ref") or "main", state=state,
-            created_ts=_ts(j.get("created_at")) or 0, merged_ts=_ts(j.get("merged_at")),
+            created_ts=gitea_ts(j.get("created_at")) or 0, merged_ts=gitea_ts(j.get("merged_at")),
             merged_by=self._worker(j["merged_by"]) if j.get("merged_by") else None,
             closed_by=None, merge_commit=j.get("merge_commit_sha") if j.get("merged") else None,
             reviews=reviews or [], comments=comments or [], files=files or [], diff=diff,
         )
 
     def pr_list(self, state: str = "open") -> list[PullRequest]:
-        if state not in ("open", "merged", "closed", "all"):
-            raise ForgeError(f"bad state {state!r}: use one of open, merged, closed, all")
+        rules.check_pr_state(state)
         api_state = {"open": "open", "merged": "closed", "closed": "closed", "all": "all"}[state]
         items = self.client.paged(f"{self._repo_path}/pulls", self._reader, {"state": api_state})
         prs = [self._to_pr(j) for j in items]
@@ -276,20 +200,19 @@ class GiteaForge:
         base = f"{self._repo_path}/pulls/{int(number)}"
         reviews = [
             Review(reviewer=self._worker(r.get("user")), verdict=_EVENT_VERDICT.get(r.get("state"), "comment"),
-                   body=r.get("body") or "", ts=_ts(r.get("submitted_at")) or 0)
+                   body=r.get("body") or "", ts=gitea_ts(r.get("submitted_at")) or 0)
             for r in self.client.paged(f"{base}/reviews", self._reader)
             if r.get("state") in _EVENT_VERDICT
         ]
         comments = [
-            Comment(author=self._worker(c.get("user")), body=c.get("body") or "", ts=_ts(c.get("created_at")) or 0)
+            Comment(author=self._worker(c.get("user")), body=c.get("body") or "", ts=gitea_ts(c.get("created_at")) or 0)
             for c in self.client.call("GET", f"{self._repo_path}/issues/{int(number)}/comments", self._reader) or []
         ]
         files = sorted({f["filename"] for f in self.client.paged(f"{base}/files", self._reader)})
         diff = None
         if with_diff:
-            diff = self.client.call("GET", f"{self._repo_path}/pulls/{int(number)}.diff", self._reader, text=True)
-            if len(diff) > MAX_DIFF_CHARS:
-                diff = diff[:MAX_DIFF_CHARS] + f"\n... diff truncated at {MAX_DIFF_CHARS} characters ...\n"
+            diff = rules.truncate_diff(
+                self.client.call("GET", f"{self._repo_path}/pulls/{int(number)}.diff", self._reader, text=True))
         return self._to_pr(j, reviews, comments, files, diff)
 
     def pr_author(self, number: int) -> str | None:
@@ -302,32 +225,17 @@ class GiteaForge:
         return j["commit"]["id"]
 
     def events_since(self, cursor: int, limit: int = 1000) -> list[ForgeEvent]:
-        if cursor < 0:
-            raise ForgeError(f"bad cursor {cursor}: use 0 for the beginning, else the last seq you saw")
+        rules.check_cursor(cursor)
         return self.events.since(cursor, limit)
 
     # ------------------------------------------------------------------ writes
 
-    @staticmethod
-    def _branch(name: str, what: str) -> str:
-        if not isinstance(name, str) or not name.strip():
-            raise ForgeError(f"pr_create needs a {what} branch name")
-        name = name.strip()
-        for prefix in ("refs/heads/", "origin/"):
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-        return name
-
     def pr_create(self, author: str, head: str, title: str, body: str = "", base: str = "main") -> PullRequest:
         token = self._token(author)
-        if not title or not title.strip():
-            raise ForgeError("give the PR a title that says what it changes")
-        head, base = self._branch(head, "head"), self._branch(base, "base")
-        if head == base:
-            raise ForgeError(
-                f"head and base are both {base}: commit on a branch of your own, push it "
-                "(git push origin HEAD:refs/heads/<branch>) and open the PR from that branch"
-            )
+        rules.check_title(title)
+        head = rules.branch_name(head, "head", strip_origin=True)
+        base = rules.branch_name(base, "base", strip_origin=True)
+        rules.check_head_is_not_base(head, base)
         try:
             j = self.client.call("POST", f"{self._repo_path}/pulls", token,
                                  {"head": head, "base": base, "title": title.strip(), "body": body or ""})
@@ -335,29 +243,22 @@ class GiteaForge:
             if exc.status == 409:
                 existing = next((p for p in self.pr_list("open") if p.head == head and p.base == base), None)
                 which = f"PR #{existing.number}" if existing else "a PR"
-                raise ForgeError(f"{which} is already open for {head} -> {base}: push more commits to {head} "
-                                 "(the PR picks them up) instead of opening another PR") from None
+                raise rules.already_open(which, head, base) from None
             if exc.status == 404:
-                raise ForgeError(f"branch {head} (or {base}) not found on the forge: push it first "
-                                 f"(git push origin HEAD:refs/heads/{head}), then open the PR") from None
+                raise rules.branch_not_pushed(head, missing=f"{head} (or {base})") from None
             if exc.status == 422 and "no changes" in exc.message.lower():
-                raise ForgeError(f"branch {head} has no commits that are not already on {base}: "
-                                 "commit your work, push it to the branch, then open the PR") from None
+                raise rules.no_new_commits(head, base) from None
             raise ForgeError(f"opening the PR failed: Gitea said {exc.status} {exc.message}") from None
         return self._to_pr(j, files=[f["filename"] for f in
                                      self.client.paged(f"{self._repo_path}/pulls/{j['number']}/files", token)])
 
     def pr_review(self, number: int, reviewer: str, verdict: ReviewVerdict, body: str = "") -> PullRequest:
-        if verdict not in _VERDICT_EVENT:
-            raise ForgeError(f"bad verdict {verdict!r}: use one of {', '.join(sorted(_VERDICT_EVENT))}")
+        rules.check_verdict(verdict)
         token = self._token(reviewer)
         pr = self._pr_json(number)
         state = "merged" if pr.get("merged") else pr.get("state")
-        if state != "open":
-            raise ForgeError(f"PR #{number} is {state}: only open PRs can be reviewed (use pr_comment to remark on it)")
-        if self._worker(pr.get("user")) == reviewer and verdict != "comment":
-            raise ForgeError(f"you opened PR #{number}: you cannot {verdict.replace('_', ' ')} your own PR; "
-                             "ask a peer to review it, or use pr_comment")
+        rules.check_reviewable(number, state)
+        rules.check_not_own_review(number, reviewer, self._worker(pr.get("user")), verdict)
         text = body or ("" if verdict == "approve" else f"{verdict.replace('_', ' ')} by {reviewer}")
         try:
             self.client.call("POST", f"{self._repo_path}/pulls/{int(number)}/reviews", token,
@@ -368,8 +269,7 @@ class GiteaForge:
 
     def pr_comment(self, number: int, author: str, body: str) -> PullRequest:
         token = self._token(author)
-        if not body or not body.strip():
-            raise ForgeError("empty comment: write something in the body")
+        rules.check_comment(body)
         self._pr_json(number)
         self.client.call("POST", f"{self._repo_path}/issues/{int(number)}/comments", token, {"body": body})
         return self.pr_view(number, with_diff=False)
@@ -413,7 +313,7 @@ class GiteaForge:
                 return self._to_pr(pr)
             if "try again later" not in message.lower():
                 raise ForgeError(f"Gitea refused to merge PR #{number}: {message}")
-            files = self._conflicted_files(pr)
+            files = self.conflicts.files(pr)
             if files:
                 self._conflict(number, merger, pr, message, files)
             if time.monotonic() >= deadline:
@@ -424,12 +324,12 @@ class GiteaForge:
 
     def _conflict(self, number: int, merger: str, pr: dict, message: str, files: list[str] | None = None) -> None:
         if files is None:
-            files = self._conflicted_files(pr)
+            files = self.conflicts.files(pr)
         author = self._worker(pr.get("user"))
         head = (pr.get("head") or {}).get("ref")
-        notify = [author, *(m for m in mentions(pr.get("body")) if m in self.users)]
-        self.events.append("merge_conflict", merger, pr=number, ref=head,
-                           detail="conflicting files: " + (", ".join(files) if files else "(unknown)"),
+        mentioned = (m for m in rules.mentions(pr.get("body")) if m in self.users)
+        notify = rules.notify_list(merger, rules.concerned("merge_conflict", merger, author, ()), mentioned)
+        self.events.append("merge_conflict", merger, pr=number, ref=head, detail=rules.conflict_detail(files),
                            notify=notify, pr_author=author, head=head)
         if files:
             raise MergeConflict(number, files)
@@ -437,36 +337,3 @@ class GiteaForge:
             f"PR #{number} conflicts with main (Gitea: {message or 'merge conflict'}). Merge main into your "
             "branch, resolve the conflicts, push, then merge again."
         )
-
-    # ------------------------------------------------------------------ mirror
-
-    def _git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-                    "LC_ALL": "C"})
-        res = subprocess.run(["git", "--git-dir", str(self.state_dir / "mirror.git"), *args], capture_output=True,
-                             text=True, env=env, timeout=300)
-        if check and res.returncode != 0:
-            raise ForgeError(f"git {args[0]} failed: {res.stderr.strip()[-300:]}")
-        return res
-
-    def _conflicted_files(self, pr: dict) -> list[str]:
-        """Paths that conflict between the PR head and its base, by real git (empty: no conflict or unknown)."""
-        number = pr["number"]
-        base = (pr.get("base") or {}).get("ref") or "main"
-        with self._mirror_lock:
-            try:
-                mirror = self.state_dir / "mirror.git"
-                if not (mirror / "HEAD").exists():
-                    subprocess.run(["git", "init", "--bare", "--quiet", str(mirror)], check=True, capture_output=True)
-                url = self.clone_url("admin" if "admin" in self.users else next(iter(self.users)))
-                self._git("fetch", "--quiet", "--no-tags", url, f"+refs/heads/{base}:refs/agensh/base",
-                          f"+refs/pull/{number}/head:refs/agensh/pr")
-                res = self._git("merge-tree", "--write-tree", "--name-only", "--no-messages",
-                                "refs/agensh/base", "refs/agensh/pr", check=False)
-            except (ForgeError, subprocess.SubprocessError, OSError) as exc:
-                log.warning("cannot list the conflicts of PR #%s: %s", number, exc)
-                return []
-        if res.returncode != 1:
-            return []  # 0: merges cleanly; >1: git could not tell
-        return sorted({line for line in res.stdout.splitlines()[1:] if line.strip()})

@@ -1,0 +1,130 @@
+"""Request bodies as `git http-backend` needs them: a plain file with an exact
+length. git sends bodies larger than `http.postBuffer` with
+`Transfer-Encoding: chunked` and gzips large fetch negotiations
+(`Content-Encoding: gzip`); a CGI program sees neither, so the git HTTP
+server de-chunks and inflates here first, into temporary files (a push may
+be large), refusing bodies above 2 GiB once inflated."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zlib
+from email.message import Message
+from typing import IO
+
+COPY = 64 * 1024
+MAX_BODY = 2 * 1024**3
+"""Refuse request bodies (after inflation) larger than this: 2 GiB."""
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _read_chunked(rfile: IO[bytes], out: IO[bytes]) -> int:
+    """Decode an HTTP/1.1 chunked body from `rfile` into `out`; return its length."""
+    total = 0
+    while True:
+        line = rfile.readline(1024)
+        if not line:
+            raise BadRequest("connection closed inside a chunked body")
+        size_text = line.split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError as exc:
+            raise BadRequest(f"bad chunk size {size_text!r}") from exc
+        if size == 0:
+            # Trailers (normally none) up to the empty line.
+            while True:
+                trailer = rfile.readline(8192)
+                if trailer in (b"\r\n", b"\n", b""):
+                    return total
+        total += size
+        if total > MAX_BODY:
+            raise BadRequest("request body too large")
+        remaining = size
+        while remaining:
+            data = rfile.read(min(remaining, COPY))
+            if not data:
+                raise BadRequest("connection closed inside a chunk")
+            out.write(data)
+            remaining -= len(data)
+        rfile.readline(8)  # the CRLF that ends every chunk
+
+
+def _read_exact(rfile: IO[bytes], out: IO[bytes], length: int) -> int:
+    if length > MAX_BODY:
+        raise BadRequest("request body too large")
+    remaining = length
+    while remaining:
+        data = rfile.read(min(remaining, COPY))
+        if not data:
+            raise BadRequest("connection closed before the end of the body")
+        out.write(data)
+        remaining -= len(data)
+    return length
+
+
+def _gunzip(src: IO[bytes], out: IO[bytes]) -> int:
+    """Inflate a gzip stream (possibly several members) from `src` into `out`."""
+    total = 0
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while True:
+        data = src.read(COPY)
+        if not data:
+            break
+        while data:
+            chunk = d.decompress(data)
+            total += len(chunk)
+            if total > MAX_BODY:
+                raise BadRequest("request body too large once inflated")
+            out.write(chunk)
+            if d.eof:
+                data = d.unused_data
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            else:
+                data = b""
+    tail = d.flush()
+    out.write(tail)
+    return total + len(tail)
+
+
+def read_body(headers: Message, rfile: IO[bytes]) -> tuple[IO[bytes] | None, int]:
+    """The request body as a plain (de-chunked, inflated) temp file, and its length."""
+    te = headers.get("Transfer-Encoding", "").lower()
+    cl = headers.get("Content-Length")
+    if "chunked" not in te and cl is None:
+        return None, 0
+    raw = tempfile.TemporaryFile()
+    try:
+        if "chunked" in te:
+            _read_chunked(rfile, raw)
+        else:
+            try:
+                length = int(cl or "0")
+            except ValueError as exc:
+                raise BadRequest(f"bad Content-Length {cl!r}") from exc
+            _read_exact(rfile, raw, length)
+        raw.seek(0)
+        encoding = headers.get("Content-Encoding", "").strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            plain = tempfile.TemporaryFile()
+            try:
+                _gunzip(raw, plain)
+            except zlib.error as exc:
+                plain.close()
+                raise BadRequest(f"bad gzip body: {exc}") from exc
+            except BaseException:
+                plain.close()
+                raise
+            raw.close()
+            raw = plain
+        elif encoding not in ("", "identity"):
+            raise BadRequest(f"unsupported Content-Encoding {encoding!r}")
+        size = raw.seek(0, os.SEEK_END)
+        raw.seek(0)
+        return raw, size
+    except BaseException:
+        raw.close()
+        raise
