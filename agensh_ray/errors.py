@@ -96,3 +96,8 @@ class UnknownService(ValueError):
 
 class CapacityError(RuntimeError):
     """The cluster cannot host the requested workers."""
+
+
+class HostGone(Exception):
+    """A worker host a router feeds is gone for good (its actor died): the router stops routing to it.
+    Any other error of a delivery is transient: the router sends the batch again."""

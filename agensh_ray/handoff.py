@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agensh_ray.tools import fmt_entry, fmt_pr
+from agensh_ray.render import fmt_entry, fmt_pr
 
 RECENT = 15
 HEAD = "Resume your work."

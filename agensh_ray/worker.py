@@ -35,9 +35,10 @@ from agensh_ray.handoff import handoff_summary
 from agensh_ray.harness import Harness, get_harness
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, Delivery, PullRequest, now_us
 from agensh_ray.paths import PROMPTS_DIR
-from agensh_ray.routing import HostInbox, render
+from agensh_ray.render import fmt_entry, fmt_pr, render
+from agensh_ray.routing import HostInbox
 from agensh_ray.session import AgentSession, SessionObserver, ToolCallRecord
-from agensh_ray.tools import ToolServer, fmt_entry, fmt_pr
+from agensh_ray.tools import ToolServer
 from agensh_ray.trace import DeliveryRow, LifecycleRow, ToolCallRow, TraceWriter, TurnRow, UsageRow
 
 log = logging.getLogger(__name__)

@@ -58,7 +58,8 @@ from agensh_ray.actors.chat import ChatActor  # noqa: E402
 from agensh_ray.actors.router import RouterActor  # noqa: E402
 from agensh_ray.config import RoutingConfig  # noqa: E402
 from agensh_ray.models import BoardEntryIn  # noqa: E402
-from agensh_ray.routing import HostInbox, render  # noqa: E402
+from agensh_ray.render import render  # noqa: E402
+from agensh_ray.routing import HostInbox  # noqa: E402
 
 PROBE = "probe"
 WORDS = ("parser", "tokenizer", "tac", "rot13", "caesar", "upper", "lower", "title", "reverse", "squeeze",
