@@ -211,6 +211,7 @@ class RouterPump:
             "shipped": self.shipped,
             "calls": sum(ob.calls for ob in self.outboxes.values()),
             "backlog": sum(len(ob.events) for ob in self.outboxes.values()),
+            "paused": any(not ob.drained.is_set() for ob in self.outboxes.values() if not ob.dead),
             "failed_deliveries": self.failed_deliveries,
             "dead_hosts": sorted(h for h, ob in self.outboxes.items() if ob.dead),
             "time": time.time(),
