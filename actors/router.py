@@ -1,5 +1,6 @@
 """RouterActor: a `RouterPump` (agensh_ray.routing.pump, where the routing logic and its settings
-are explained) inside a Ray actor, fed by the board, chat and forge actors and feeding WorkerActors.
+are explained) inside a Ray actor, reading the board, chat and forge actors through
+`ServiceSources` and feeding WorkerActors.
 
 Everything is named, not handed over: the constructor arguments stay small and inline, so Ray can
 always restart this actor (`max_restarts=-1`), and the restarted pump resumes from its hosts'
@@ -8,7 +9,6 @@ cursors by itself. A host actor that died (RayActorError) is `HostGone` to the p
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 from typing import Any
@@ -17,39 +17,9 @@ import ray
 from ray.exceptions import RayActorError
 
 from agensh_ray.actors.board import BoardHandle
+from agensh_ray.actors.proxy import AsyncProxy
 from agensh_ray.errors import HostGone
-from agensh_ray.models import BoardEntry
-from agensh_ray.routing import RouterPump
-
-FORGE_POLL_S = 0.5
-"""The forge has no long poll: an empty read waits this long (at most the poll timeout) before it returns."""
-
-
-class _ActorSources:
-    """The board, chat and forge actors as the pump's `RouterSources`."""
-
-    def __init__(self, board: BoardHandle, chat: Any, forge: Any, poll_timeout_s: float):
-        self.board, self.chat, self.forge = board, chat, forge
-        self.poll_timeout_s = poll_timeout_s
-
-    async def read(self, source: str, cursor: int) -> list[Any]:
-        if source == "board":
-            return await self.board.await_since(cursor, self.poll_timeout_s)
-        if source == "chat":
-            return await self.chat.wait_since.remote(cursor, self.poll_timeout_s)
-        events = await self.forge.events_since.remote(cursor)
-        if not events:
-            await asyncio.sleep(min(FORGE_POLL_S, self.poll_timeout_s))
-        return events
-
-    async def board_info(self) -> dict[str, Any]:
-        return await self.board.actor.info.remote()
-
-    async def board_cursor_at(self, ts: int) -> int:
-        return await self.board.actor.cursor_at.remote(ts)
-
-    async def board_since(self, cursor: int, limit: int) -> list[BoardEntry]:
-        return await self.board.asince(cursor, limit)
+from agensh_ray.routing import RouterPump, ServiceSources
 
 
 class _HostLink:
@@ -78,8 +48,8 @@ class RouterActor:
                  ship_interval_s: float = 0.0, cursor_sync_s: float = 1.0):
         """hosts: host_id -> (WorkerActor name, [worker ids]); services by actor name. The pump starts
         by itself (also after a restart)."""
-        sources = _ActorSources(BoardHandle(ray.get_actor(board), name=board), ray.get_actor(chat),
-                                ray.get_actor(forge), poll_timeout_s)
+        sources = ServiceSources(BoardHandle(ray.get_actor(board), name=board), AsyncProxy(ray.get_actor(chat)),
+                                 AsyncProxy(ray.get_actor(forge)), poll_timeout_s)
         links = {h: (_HostLink(ray.get_actor(name)), list(ws)) for h, (name, ws) in hosts.items()}
         self.pump = RouterPump(router_id, sources, links, policy, max_backlog=max_backlog, linger_s=linger_s,
                                ship_interval_s=ship_interval_s, cursor_sync_s=cursor_sync_s)

@@ -18,260 +18,31 @@ Tokens and passwords go to the secrets file only (mode 0600, written
 atomically) and are never printed. Idempotent: everything is looked up
 before it is created; a token already in the secrets file that still works
 is kept; a Gitea token that was lost is replaced (same name), not added.
+
+This module is the CLI only (flags -> `ProvisionSettings` -> the provisioning
+in `agensh_ray.services.provision`, its progress lines printed); exit codes:
+0 done, 1 a refusal (printed as `error: ...`), 2 bad flags or an unknown task.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import secrets
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
-from agensh_ray.errors import ForgeError
-
-TOKEN_NAME = "agensh"
-TOKEN_SCOPES = ["write:repository", "write:issue", "read:user", "read:organization"]
-DRIVER = ("admin", "agensh-driver")
-"""(name in the run, login): the run's own account."""
-HOOK_EVENTS = ["push", "pull_request", "pull_request_sync", "pull_request_review", "pull_request_comment"]
+from agensh_ray.errors import ChatError, ForgeError, ProvisionError, TaskError
+from agensh_ray.services.provision import (
+    GiteaSettings,
+    MattermostSettings,
+    ProvisionSettings,
+    provision,
+    read_secret_file,
+)
+from agensh_ray.task import Task
 
 
 def say(text: str) -> None:
     print(text, flush=True)
-
-
-def read_secret_file(path: Path) -> str:
-    text = Path(path).read_text().strip()
-    if not text:
-        raise SystemExit(f"error: {path} is empty")
-    return text
-
-
-def write_secrets(path: Path, data: dict) -> None:
-    """Atomically, mode 0600 from the first byte."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
-    os.chmod(path, 0o600)
-
-
-# ====================================================================== Gitea
-
-
-class GiteaBootstrap:
-    def __init__(self, url: str, admin_token: str, org: str, repo: str, old: dict | None):
-        from agensh_ray.services.forge.gitea import GiteaClient
-
-        self.client = GiteaClient(url)
-        self.url = self.client.url
-        self.admin = admin_token
-        self.org, self.repo = org, repo
-        self.old = old or {}
-        self.repo_path = f"/repos/{quote(org)}/{quote(repo)}"
-
-    def _get(self, path: str, token: str | None = None) -> Any:
-        return self.client.call("GET", path, token or self.admin, ok=(404,))
-
-    def user(self, name: str, login: str) -> dict:
-        old = (self.old.get("users") or {}).get(name) or {}
-        u = self._get(f"/users/{quote(login)}")
-        password = old.get("password") if old.get("login") == login else None
-        if u is None:
-            password = secrets.token_urlsafe(18)
-            self.client.call("POST", "/admin/users", self.admin, {
-                "username": login, "email": f"{login}@agensh.invalid", "password": password,
-                "must_change_password": False, "full_name": f"agensh {name}", "send_notify": False,
-                "visibility": "public",
-            })
-            created = True
-        else:
-            created = False
-            if not password:  # we lost it: set a new one (needed for Basic auth on the token API)
-                password = secrets.token_urlsafe(18)
-                self.client.call("PATCH", f"/admin/users/{quote(login)}", self.admin, {
-                    "login_name": login, "source_id": 0, "password": password, "must_change_password": False,
-                })
-        token = old.get("token") if not created else None
-        if token:
-            me = self.client.call("GET", "/user", token, ok=(401, 403))
-            if not me or me.get("login", "").lower() != login.lower():
-                token = None
-        if not token:
-            basic = (login, password)
-            for t in self.client.call("GET", f"/users/{quote(login)}/tokens", basic=basic) or []:
-                if t.get("name") == TOKEN_NAME:
-                    self.client.call("DELETE", f"/users/{quote(login)}/tokens/{t['id']}", basic=basic)
-            t = self.client.call("POST", f"/users/{quote(login)}/tokens", basic=basic,
-                                 json_body={"name": TOKEN_NAME, "scopes": TOKEN_SCOPES})
-            token = t["sha1"]
-        return {"login": login, "password": password, "token": token}
-
-    def org_and_repo(self) -> dict:
-        if self._get(f"/orgs/{quote(self.org)}") is None:
-            self.client.call("POST", "/orgs", self.admin, {
-                "username": self.org, "full_name": "agensh runs", "visibility": "public",
-            })
-            say(f"  created org {self.org}")
-        repo = self._get(self.repo_path)
-        if repo is None:
-            repo = self.client.call("POST", f"/orgs/{quote(self.org)}/repos", self.admin, {
-                "name": self.repo, "default_branch": "main", "auto_init": False, "private": False,
-                "description": "agensh-ray run repository",
-            })
-            say(f"  created repository {self.org}/{self.repo}")
-        return repo
-
-    def seed(self, starter: Path, admin_login: str) -> bool:
-        """Push the starter as main's first commit; False if main already exists."""
-        if self._get(f"{self.repo_path}/branches/main") is not None:
-            return False
-        parts = urlsplit(self.url)
-        netloc = f"{quote(admin_login, safe='')}:{self.admin}@{parts.netloc}"
-        url = urlunsplit((parts.scheme, netloc, f"{parts.path}/{self.org}/{self.repo}.git", "", ""))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull,
-                   GIT_AUTHOR_NAME="agensh-bootstrap", GIT_AUTHOR_EMAIL="bootstrap@agensh.invalid",
-                   GIT_COMMITTER_NAME="agensh-bootstrap", GIT_COMMITTER_EMAIL="bootstrap@agensh.invalid")
-
-        def git(*args: str) -> None:
-            res = subprocess.run(["git", *args], cwd=starter, env=env, capture_output=True, text=True)
-            if res.returncode != 0:
-                # never echo the URL: it carries the admin token
-                err = res.stderr.replace(self.admin, "***")
-                raise SystemExit(f"error: git {args[0]} failed: {err.strip()}")
-
-        git("init", "--quiet", "--initial-branch", "main")
-        git("add", "-A", ".")
-        git("commit", "--quiet", "-m", "Initial commit")
-        git("push", "--quiet", url, "HEAD:refs/heads/main")
-        return True
-
-    def issue(self, title: str, body: str) -> None:
-        issue = self._get(f"{self.repo_path}/issues/1")
-        if issue is None:
-            created = self.client.call("POST", f"{self.repo_path}/issues", self.admin, {"title": title, "body": body})
-            if created["number"] != 1:
-                raise SystemExit(f"error: the task issue got number {created['number']}, not 1: "
-                                 "the repository already had issues; use a fresh --repo")
-            say("  opened issue #1 (the task)")
-        elif issue.get("pull_request"):
-            raise SystemExit("error: #1 of the repository is a pull request; use a fresh --repo")
-
-    def collaborators(self, logins: list[str]) -> None:
-        for login in logins:
-            self.client.call("PUT", f"{self.repo_path}/collaborators/{quote(login)}", self.admin,
-                             {"permission": "write"})
-
-    def protect_main(self) -> None:
-        rule = {"enable_push": False, "enable_push_whitelist": False, "required_approvals": 0,
-                "enable_status_check": False, "status_check_contexts": [], "enable_merge_whitelist": False,
-                "block_on_rejected_reviews": False, "block_on_outdated_branch": False,
-                "enable_approvals_whitelist": False, "dismiss_stale_approvals": False}
-        if self._get(f"{self.repo_path}/branch_protections/main") is None:
-            self.client.call("POST", f"{self.repo_path}/branch_protections", self.admin,
-                             {"rule_name": "main", **rule})
-            say("  protected main (no pushes; PRs with 0 approvals)")
-        else:
-            self.client.call("PATCH", f"{self.repo_path}/branch_protections/main", self.admin, rule)
-
-    def webhook(self, intake_url: str, secret: str) -> None:
-        hooks = self.client.call("GET", f"{self.repo_path}/hooks", self.admin) or []
-        config = {"url": intake_url, "content_type": "json", "secret": secret}
-        mine = [h for h in hooks if (h.get("config") or {}).get("url") == intake_url]
-        if mine:
-            self.client.call("PATCH", f"{self.repo_path}/hooks/{mine[0]['id']}", self.admin,
-                             {"config": config, "events": HOOK_EVENTS, "active": True})
-        else:
-            self.client.call("POST", f"{self.repo_path}/hooks", self.admin, {
-                "type": "gitea", "config": config, "events": HOOK_EVENTS, "active": True, "branch_filter": "*",
-            })
-            say(f"  webhook -> {intake_url}")
-
-
-def bootstrap_gitea(args, workers: list[str], task, old: dict) -> dict:
-    admin_token = read_secret_file(args.admin_token_file)
-    gb = GiteaBootstrap(args.gitea_url, admin_token, args.org, args.repo, old)
-    me = gb.client.call("GET", "/user", admin_token)
-    if not me.get("is_admin"):
-        raise SystemExit(f"error: the token in {args.admin_token_file} is not a Gitea site admin's")
-    users = {name: gb.user(name, name) for name in workers}
-    users[DRIVER[0]] = gb.user(*DRIVER)
-    say(f"  {len(users)} Gitea users with scoped tokens")
-    gb.org_and_repo()
-    with tempfile.TemporaryDirectory(prefix="agensh-seed-") as tmp:
-        starter = Path(tmp) / "starter"
-        task.materialize_starter(starter)
-        if gb.seed(starter, me["login"]):
-            say("  pushed the starter to main")
-    gb.issue(task.title, task.text())
-    gb.collaborators([u["login"] for u in users.values()])
-    gb.protect_main()
-    secret = old.get("webhook_secret") if old.get("intake_url") == args.intake_url else None
-    secret = secret or secrets.token_hex(32)
-    if args.intake_url:
-        gb.webhook(args.intake_url, secret)
-    gb.client.close()
-    return {"url": gb.url, "org": args.org, "repo": args.repo, "users": users, "webhook_secret": secret,
-            "intake_url": args.intake_url}
-
-
-# ================================================================= Mattermost
-
-
-def bootstrap_mattermost(args, workers: list[str], old: dict) -> dict:
-    from agensh_ray.services.chat.mattermost import MattermostClient
-
-    admin = read_secret_file(args.mattermost_token_file)
-    mm = MattermostClient(args.mattermost_url)
-    get = lambda path, token=admin: mm.call("GET", path, token, ok=(404,))  # noqa: E731
-    team = get(f"/teams/name/{args.team}")
-    if team is None:
-        team = mm.call("POST", "/teams", admin, {"name": args.team, "display_name": "agensh", "type": "I"})
-        say(f"  created team {args.team}")
-    channel = get(f"/teams/{team['id']}/channels/name/{args.channel}")
-    if channel is None:
-        channel = mm.call("POST", "/channels", admin, {
-            "team_id": team["id"], "name": args.channel, "display_name": "task", "type": "O",
-            "purpose": "the task channel: every worker reads it at its next turn",
-        })
-        say(f"  created channel ~{args.channel}")
-    users = {}
-    olds = old.get("users") or {}
-    for name, login in [*((w, w) for w in workers), DRIVER]:
-        prev = olds.get(name) or {}
-        u = get(f"/users/username/{login}")
-        password = prev.get("password")
-        if u is None:
-            password = secrets.token_urlsafe(18) + "A1!"
-            u = mm.call("POST", "/users", admin, {"username": login, "email": f"{login}@agensh.invalid",
-                                                  "password": password, "nickname": f"agensh {name}"})
-        mm.call("POST", f"/teams/{team['id']}/members", admin, {"team_id": team["id"], "user_id": u["id"]})
-        mm.call("POST", f"/channels/{channel['id']}/members", admin, {"user_id": u["id"]})
-        token = prev.get("token") if prev.get("id") == u["id"] else None
-        if token:
-            me = mm.call("GET", "/users/me", token, ok=(401, 403))
-            if not me or me.get("id") != u["id"]:
-                token = None
-        if not token:
-            token = mm.call("POST", f"/users/{u['id']}/tokens", admin, {"description": "agensh run"})["token"]
-        users[name] = {"id": u["id"], "username": login, "password": password, "token": token}
-    say(f"  {len(users)} Mattermost users with tokens, team {args.team}, channel ~{args.channel}")
-    mm.close()
-    return {"url": mm.url, "team": args.team, "team_id": team["id"], "channel": args.channel,
-            "channel_id": channel["id"], "users": users}
-
-
-# ======================================================================= CLI
 
 
 def parse_args(argv: list[str] | None = None):
@@ -299,34 +70,31 @@ def parse_args(argv: list[str] | None = None):
     return a
 
 
-def main(argv: list[str] | None = None) -> int:
-    from agensh_ray.driver import worker_ids
-    from agensh_ray.errors import ChatError, TaskError
-    from agensh_ray.task import Task
+def settings_from(args) -> ProvisionSettings:
+    """The flags as settings; the token files are read here (ProvisionError when one is empty)."""
+    gitea = GiteaSettings(url=args.gitea_url, admin_token=read_secret_file(args.admin_token_file),
+                          admin_token_from=f"the token in {args.admin_token_file}", org=args.org, repo=args.repo,
+                          intake_url=args.intake_url)
+    mattermost = None
+    if args.mattermost_url:
+        mattermost = MattermostSettings(url=args.mattermost_url,
+                                        admin_token=read_secret_file(args.mattermost_token_file),
+                                        team=args.team, channel=args.channel)
+    return ProvisionSettings(workers=args.workers, gitea=gitea, mattermost=mattermost, secrets_out=args.secrets_out)
 
+
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         task = Task.load(args.task)
     except TaskError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    old: dict = {}
-    if args.secrets_out.exists():
-        old = json.loads(args.secrets_out.read_text())
-    workers = worker_ids(args.workers)
-    out = dict(old)
     try:
-        say(f"bootstrapping Gitea at {args.gitea_url} for {len(workers)} workers, task {task.name}")
-        out["gitea"] = bootstrap_gitea(args, workers, task, old.get("gitea") or {})
-        write_secrets(args.secrets_out, out)
-        if args.mattermost_url:
-            say(f"bootstrapping Mattermost at {args.mattermost_url}")
-            out["mattermost"] = bootstrap_mattermost(args, workers, old.get("mattermost") or {})
-            write_secrets(args.secrets_out, out)
-    except (ForgeError, ChatError) as exc:
+        provision(settings_from(args), task, say)
+    except (ForgeError, ChatError, ProvisionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    say(f"done; tokens are in {args.secrets_out} (mode 0600)")
     return 0
 
 

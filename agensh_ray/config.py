@@ -12,6 +12,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+def worker_ids(n: int) -> list[str]:
+    """The ids of a run's `n` workers, w001 to wNNN (three digits at least, four from 1,000 workers): the
+    driver launches them, the provisioning makes a Gitea/Mattermost user of each."""
+    width = max(3, len(str(n)))
+    return [f"w{i:0{width}d}" for i in range(1, n + 1)]
+
+
 class RoutingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -40,7 +47,8 @@ class RoutingConfig(BaseModel):
 
 
 class SimConfig(BaseModel):
-    """Knobs of the built-in simulated agent (stands in for an LLM-driven CLI)."""
+    """Knobs of the built-in simulated agent (stands in for an LLM-driven CLI; what it models and what it
+    does not: agensh_ray/sim/settings.py)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import ray
 
-from agensh_ray.config import RunConfig
+from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.errors import CapacityError
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.task import Task
@@ -55,11 +55,6 @@ def check_capacity(cfg: RunConfig, total_slots: float | None, free_slots: float 
             f"only {free_slots or 0:.0f} of {total_slots:.0f} agent slots are free ({nodes} nodes); this run needs "
             f"{cfg.workers}. Wait for other runs to end, lower --workers, or pass --queue to wait for slots."
         )
-
-
-def worker_ids(n: int) -> list[str]:
-    width = max(3, len(str(n)))
-    return [f"w{i:0{width}d}" for i in range(1, n + 1)]
 
 
 def launch_offsets(cfg: RunConfig, n: int) -> list[float]:

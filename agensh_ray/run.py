@@ -19,9 +19,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agensh_ray.agent.harness import get_harness
 from agensh_ray.config import RoutingConfig, RunConfig, ServicesConfig, SimConfig
 from agensh_ray.errors import HarnessError, TaskError
-from agensh_ray.harness import get_harness
 from agensh_ray.task import Task
 
 log = logging.getLogger("agensh.run")

@@ -1,4 +1,4 @@
-"""docs/trace.md, generated from the trace row models (agensh_ray/trace.py), so the
+"""docs/trace.md, generated from the trace row models (agensh_ray/trace/rows.py), so the
 documentation of every table and column cannot drift from what the writers write.
 
     python -m agensh_ray.analysis.trace_doc --write    # rewrite docs/trace.md
@@ -21,7 +21,7 @@ DOC = DOCS_DIR / "trace.md"
 _INTRO = """\
 # The run trace
 
-<!-- Generated from agensh_ray/trace.py by `python -m agensh_ray.analysis.trace_doc --write`;
+<!-- Generated from agensh_ray/trace/rows.py by `python -m agensh_ray.analysis.trace_doc --write`;
      tests/test_analysis.py fails when this file and the row models disagree. -->
 
 Every event of a run lands in Parquet, one folder per table:
@@ -67,7 +67,7 @@ def render() -> str:
 
 
 def _schema_history() -> str:
-    """The versions docstring under SCHEMA_VERSION in trace.py, if any."""
+    """The versions docstring under SCHEMA_VERSION in trace/rows.py, if any."""
     src = Path(sys.modules[TraceRow.__module__].__file__).read_text()
     head, sep, rest = src.partition("SCHEMA_VERSION = ")
     if not sep:
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     elif not DOC.is_file() or DOC.read_text() != render():
         raise SystemExit(f"{DOC} is stale: run python -m agensh_ray.analysis.trace_doc --write")
     else:
-        print(f"{DOC} matches agensh_ray/trace.py")
+        print(f"{DOC} matches agensh_ray/trace/rows.py")
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ def run_query(con: duckdb.DuckDBPyConnection, name: str) -> tuple[list[str], lis
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         prog="python -m agensh_ray.analysis.views",
-        description="Rewrite the generated table views of analysis/views.sql from agensh_ray/trace.py, "
+        description="Rewrite the generated table views of analysis/views.sql from agensh_ray/trace/rows.py, "
         "or check that they are current.",
     )
     ap.add_argument("--write", action="store_true", help="rewrite the generated part of views.sql")
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     elif not views_sql_is_current():
         raise SystemExit(f"{VIEWS_SQL} is stale: run python -m agensh_ray.analysis.views --write")
     else:
-        print(f"{VIEWS_SQL} matches agensh_ray/trace.py")
+        print(f"{VIEWS_SQL} matches agensh_ray/trace/rows.py")
 
 
 if __name__ == "__main__":

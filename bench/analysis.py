@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -41,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS  # noqa: E402
+from bench.common import machine_facts, print_result  # noqa: E402
 
 T0 = 1_795_000_000_000_000  # µs
 HOURS = 6
@@ -307,14 +306,6 @@ def generate(run: Path, events: int, rows_per_file: int, seed: int = 0) -> int:
     return out.events
 
 
-def machine() -> dict:
-    import duckdb
-
-    mem = next((int(line.split()[1]) // 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal")), None)
-    return {"cores": os.cpu_count(), "ram_mib": mem, "python": platform.python_version(), "duckdb": duckdb.__version__,
-            "pyarrow": pa.__version__, "platform": platform.platform(), "load_avg_1m": os.getloadavg()[0]}
-
-
 def time_report(run: Path, out: Path) -> tuple[float, float, float]:
     """Wall seconds, CPU seconds and peak RSS (MiB) of one `python -m agensh_ray.analysis.report` process."""
     shutil.rmtree(out, ignore_errors=True)
@@ -338,14 +329,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows-per-file", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=1, help="report runs to time (median)")
     args = ap.parse_args(argv)
-    facts = machine()
+    import duckdb
+
+    facts = machine_facts(duckdb=duckdb.__version__, pyarrow=pa.__version__)
     for k, v in facts.items():
         print(f"{k:12} {v}")
     run = args.dir / RUN_ID
     generate_s = 0.0
     if args.reuse and (run / "trace").is_dir():
-        import duckdb
-
         events = sum(duckdb.sql(f"SELECT count(*) FROM read_parquet('{run}/trace/{t}/*.parquet')").fetchall()[0][0]
                      for t in SCHEMAS if (run / "trace" / t).is_dir())
         print(f"reusing {events:,} events under {run}")
@@ -362,8 +353,8 @@ def main(argv: list[str] | None = None) -> None:
         times.append(s)
         cpus.append(c)
         rss.append(m)
-    print(json.dumps({"events": events, "generate_s": round(generate_s, 1), "report_s": round(statistics.median(times), 1),
-                      "peak_rss_mib": round(statistics.median(rss)), "report_cpu_s": round(statistics.median(cpus), 1)}))
+    print_result({"events": events, "generate_s": round(generate_s, 1), "report_s": round(statistics.median(times), 1),
+                  "peak_rss_mib": round(statistics.median(rss)), "report_cpu_s": round(statistics.median(cpus), 1)})
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """The board and the routers at the paper's scale: 1,024 simulated workers in 16 host actors.
 
 What runs: the real BoardActor (group commit, fsync), the real RouterActor pool, the
-real ChatActor, and 16 light `BenchHost` actors that each hold a real `HostInbox` for
-64 workers and play their agents (no agent processes: this measures the
-infrastructure, not the models). The forge is a stand-in whose `events_since` returns
+real ChatActor, and 16 light `BenchHost` actors (bench/board_router_host.py) that each
+hold a real `HostInbox` for 64 workers and play their agents (no agent processes: this
+measures the infrastructure, not the models). The forge is a stand-in whose `events_since` returns
 [] (the real one starts a git HTTP server and has no load here).
 
 Phases:
@@ -28,26 +28,19 @@ Ray workers run at nice 0 and without per-call task events here (flags to change
     python bench/board_router.py                 # 1,024 workers, load x10
     python bench/board_router.py --speed 1 --load-s 120
 """
-
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gc
 import json
 import os
-import platform
-import random
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
-import psutil
 import ray
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,318 +51,20 @@ from agensh_ray.actors.chat import ChatActor  # noqa: E402
 from agensh_ray.actors.router import RouterActor  # noqa: E402
 from agensh_ray.config import RoutingConfig  # noqa: E402
 from agensh_ray.models import BoardEntryIn  # noqa: E402
-from agensh_ray.render import render  # noqa: E402
-from agensh_ray.routing import HostInbox  # noqa: E402
-
-PROBE = "probe"
-WORDS = ("parser", "tokenizer", "tac", "rot13", "caesar", "upper", "lower", "title", "reverse", "squeeze",
-         "number", "head", "sort", "freq", "palindromes", "registry", "newline", "unicode", "tabs", "empty")
-TYPES = ("OBSERVED", "FACT", "FACT", "FAIL", "CLAIM", "PATCH_SUMMARY")
-
-
-def pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
-def entry_text(rng: random.Random, worker: str, i: int) -> tuple[str, str]:
-    t = rng.choice(TYPES)
-    a, b = rng.sample(WORDS, 2)
-    return t, f"{a} and {b}: {worker} note {i} on line {rng.randint(1, 999)}"[:100]
-
-
-@ray.remote(num_cpus=0)
-class NoForge:
-    """Forge stand-in: the routers poll `events_since`; nothing happens on the forge in this bench."""
-
-    def events_since(self, cursor: int, limit: int = 1000) -> list:
-        return []
-
-
-@ray.remote(num_cpus=0, max_concurrency=1000)
-class BenchHost:
-    """A WorkerActor without agents: a real HostInbox for its workers, and coroutines that play them."""
-
-    def __init__(self, host_id: str, workers: list[str], board: BoardHandle, chat, all_workers: list[str]):
-        self.host_id = host_id
-        self.workers = workers
-        self.inbox = HostInbox(workers)
-        self.board = board
-        self.chat = chat
-        self.all_workers = all_workers
-        self.probe_seen: dict[int, float] = {}
-        self.stats = {"posts": [], "reads": [], "read_sizes": [], "taken": 0, "turns": 0, "dms": 0, "errors": 0,
-                      "take_cpu_s": 0.0, "cpu_s": 0.0}
-        self._stop = asyncio.Event()
-        gc.freeze()  # Ray's and the libraries' objects: no full collection needs to walk them again
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    # -- router intake (what WorkerHost.deliver does) --------------------------------------
-    def deliver(self, events, cursors) -> int:
-        now = time.time()
-        for ev in events:
-            if ev.author == PROBE:
-                self.probe_seen[ev.seq] = now
-        self.board.observe([ev.row for ev in events if ev.row is not None], cursors.get("board"))
-        return self.inbox.accept(events, cursors)
-
-    def cursors(self) -> dict[str, int]:
-        return dict(self.inbox.cursors)
-
-    def drain(self) -> int:
-        return sum(len(self.inbox.take(w, urgent_only=False)) for w in self.workers)
-
-    def probes(self) -> dict[int, float]:
-        return dict(self.probe_seen)
-
-    # -- phase 1: paper-like load ----------------------------------------------------------
-    async def run_load(self, speed: float, seconds: float, seed: int) -> dict:
-        self._stop.clear()
-        self.stats = {"posts": [], "reads": [], "read_sizes": [], "taken": 0, "turns": 0, "dms": 0, "errors": 0,
-                      "take_cpu_s": 0.0, "cpu_s": 0.0}
-        self.inflight = {"post": 0, "read": 0, "dm": 0}
-        gc_t = {"s": 0.0, "t": 0.0}
-
-        def on_gc(phase: str, info: dict) -> None:
-            if phase == "start":
-                gc_t["t"] = time.perf_counter()
-            else:
-                gc_t["s"] += time.perf_counter() - gc_t["t"]
-
-        gc.callbacks.append(on_gc)
-        p0 = time.process_time()
-        tasks = [asyncio.create_task(self._worker(w, speed, seed + i)) for i, w in enumerate(self.workers)]
-        lag: list[float] = []
-        self.stats["loop_lag"] = lag
-
-        async def watch_lag() -> None:  # how late the event loop runs a 10 ms timer: the host's own queueing
-            while not self._stop.is_set():
-                t = time.perf_counter()
-                await asyncio.sleep(0.01)
-                lag.append((time.perf_counter() - t - 0.01) * 1000)
-
-        tasks.append(asyncio.create_task(watch_lag()))
-        await asyncio.sleep(seconds)
-        self._stop.set()
-        done, stuck = await asyncio.wait(tasks, timeout=30)
-        for t in stuck:
-            t.cancel()
-        self.stats["stuck"] = {k: v for k, v in self.inflight.items() if v} if stuck else {}
-        self.stats["cpu_s"] = time.process_time() - p0
-        gc.callbacks.remove(on_gc)
-        self.stats["gc_s"] = gc_t["s"]
-        r = self.board._reader
-        self.stats["fetches"], self.stats["rows"] = (r.fetches, r.rows) if r is not None else (0, 0)
-        return self.stats
-
-    async def _sleep(self, s: float) -> bool:
-        try:
-            await asyncio.wait_for(self._stop.wait(), s)
-            return False
-        except asyncio.TimeoutError:
-            return True
-
-    async def _worker(self, w: str, speed: float, seed: int) -> None:
-        rng = random.Random(seed)
-        post_every, turn_every, dm_every = 60.0 / speed, 120.0 / speed, 600.0 / speed
-        now = time.monotonic()
-        next_post = now + rng.uniform(0, post_every)
-        next_turn = now + rng.uniform(0, turn_every)
-        next_dm = now + rng.expovariate(1 / dm_every)
-        i = 0
-        while True:
-            due = min(next_post, next_turn, next_dm)
-            if not await self._sleep(max(0.0, due - time.monotonic())):
-                return
-            now = time.monotonic()
-            try:
-                if now >= next_turn:  # turn start: the whole queue, then the recent view
-                    c0 = time.thread_time()
-                    items = self.inbox.take_shared(w, urgent_only=False)
-                    render(items, mid_turn=False)
-                    self.stats["take_cpu_s"] += time.thread_time() - c0
-                    self.stats["taken"] += len(items)
-                    self.stats["turns"] += 1
-                    t0 = time.perf_counter()
-                    self.inflight["read"] += 1
-                    view = await self.board.arecent()
-                    self.inflight["read"] -= 1
-                    self.stats["reads"].append((time.perf_counter() - t0) * 1000)
-                    self.stats["read_sizes"].append(len(view))
-                    next_turn += turn_every * rng.uniform(0.8, 1.2)
-                if now >= next_post:
-                    t, text = entry_text(rng, w, i)
-                    i += 1
-                    t0 = time.perf_counter()
-                    self.inflight["post"] += 1
-                    await self.board.awrite(BoardEntryIn(type=t, text=text, worker_id=w))
-                    self.inflight["post"] -= 1
-                    self.stats["posts"].append((time.perf_counter() - t0) * 1000)
-                    c0 = time.thread_time()
-                    items = self.inbox.take_shared(w, urgent_only=True)
-                    render(items, mid_turn=True)  # the tool result's tail
-                    self.stats["take_cpu_s"] += time.thread_time() - c0
-                    self.stats["taken"] += len(items)
-                    next_post += post_every * rng.uniform(0.5, 1.5)
-                if now >= next_dm:
-                    to = rng.choice(self.all_workers)
-                    if to != w:
-                        self.inflight["dm"] += 1
-                        await self.chat.dm.remote(w, to, f"{w}: I take {rng.choice(WORDS)}, ok?")
-                        self.inflight["dm"] -= 1
-                        self.stats["dms"] += 1
-                    next_dm += rng.expovariate(1 / dm_every)
-            except Exception:
-                self.stats["errors"] += 1
-
-    # -- phase 2/3: write capacity, fill ---------------------------------------------------
-    async def blast(self, board: BoardHandle, rate: float, batch: int, seconds: float, max_inflight: int = 16) -> dict:
-        """Offer `rate` entries/s in batches of `batch` for `seconds`; per-call latencies (ms) and entries acked."""
-        lat: list[float] = []
-        acked = 0
-        sem = asyncio.Semaphore(max_inflight)
-        interval = batch / rate
-        n = 0
-
-        async def one(k: int) -> None:
-            nonlocal acked
-            entries = [BoardEntryIn(type="FACT", text=f"{self.host_id} capacity {k}.{j} tokenizer {j % 97}",
-                                    worker_id=self.workers[j % len(self.workers)]) for j in range(batch)]
-            t0 = time.perf_counter()
-            try:
-                res = await board.awrite_batch(entries)
-                acked += len(res)
-                lat.append((time.perf_counter() - t0) * 1000)
-            finally:
-                sem.release()
-
-        t_start = time.perf_counter()
-        pending = []
-        while time.perf_counter() - t_start < seconds:
-            target = t_start + n * interval
-            delay = target - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await sem.acquire()
-            pending.append(asyncio.create_task(one(n)))
-            n += 1
-        await asyncio.gather(*pending)
-        return {"lat": lat, "acked": acked, "elapsed": time.perf_counter() - t_start}
-
-    async def fill(self, board: BoardHandle, total: int, batch: int) -> int:
-        words = WORDS
-        done = 0
-        k = 0
-        while done < total:
-            n = min(batch, total - done)
-            entries = [BoardEntryIn(type=TYPES[j % len(TYPES)],
-                                    text=f"{words[j % 20]} {words[(j * 7 + k) % 20]} fill {self.host_id} {k}.{j}",
-                                    worker_id=self.workers[j % len(self.workers)]) for j in range(n)]
-            await board.awrite_batch(entries)
-            done += n
-            k += 1
-        return done
-
-
-class RssSampler(threading.Thread):
-    """Peak of the summed RSS of this Ray instance's processes (gcs, raylet, every worker/actor process
-    under them) and of this driver, sampled every 0.5 s."""
-
-    def __init__(self, roots: list[int]):
-        super().__init__(daemon=True)
-        self.roots = roots
-        self.peak = 0
-        self._stop = threading.Event()
-
-    def sample(self) -> int:
-        seen: set[int] = set()
-        total = 0
-        for pid in self.roots:
-            try:
-                root = psutil.Process(pid)
-                procs = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                continue
-            for p in procs:
-                if p.pid in seen:
-                    continue
-                seen.add(p.pid)
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:
-                    pass
-        return total
-
-    def descendants(self) -> list[psutil.Process]:
-        out = []
-        for pid in self.roots[:-1]:  # not the driver
-            try:
-                out += psutil.Process(pid).children(recursive=True)
-            except psutil.Error:
-                pass
-        return out
-
-    def run(self) -> None:
-        while not self._stop.wait(0.5):
-            self.peak = max(self.peak, self.sample())
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def cpu(self) -> dict[int, tuple[str, float]]:
-        """CPU seconds used so far per process of the instance, with a role name from its title."""
-        out: dict[int, tuple[str, float]] = {}
-        for pid in self.roots:
-            try:
-                root = psutil.Process(pid)
-                procs = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                continue
-            for p in procs:
-                try:
-                    t = p.cpu_times()
-                    title = (p.cmdline() or [p.name()])[0]
-                except psutil.Error:
-                    continue
-                role = title.split(":")[-1].split(".")[0] if title.startswith("ray::") else Path(title).name
-                out[p.pid] = (role, t.user + t.system)
-        return out
-
-
-def cpu_by_role(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], seconds: float) -> dict:
-    """Cores used per role between two `RssSampler.cpu` snapshots."""
-    roles: dict[str, float] = {}
-    for pid, (role, t) in after.items():
-        roles[role] = roles.get(role, 0.0) + (t - before.get(pid, (role, 0.0))[1]) / seconds
-    return {k: round(v, 2) for k, v in sorted(roles.items(), key=lambda kv: -kv[1]) if v >= 0.01}
-
-
-def ray_system_pids() -> list[int]:
-    """This instance's gcs_server and raylet (the actors' processes are the raylet's children) and this driver."""
-    node = ray._private.worker._global_node
-    out = [p.process.pid for info in node.all_processes.values() for p in info if p.process is not None]
-    return [*out, os.getpid()]
-
-
-def machine_facts() -> dict:
-    mem = psutil.virtual_memory()
-    try:
-        model = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor()
-    return {
-        "cpus": os.cpu_count(),
-        "cpu": model,
-        "ram_gib": round(mem.total / 2**30, 1),
-        "python": platform.python_version(),
-        "ray": ray.__version__,
-        "platform": platform.platform(),
-        "load_avg": os.getloadavg(),
-    }
+from bench.board_router_host import PROBE, WORDS, BenchHost, NoForge  # noqa: E402
+from bench.common import (  # noqa: E402
+    MemorySampler,
+    cpu_by_process,
+    cpu_by_role,
+    descendants,
+    fsync_ms,
+    machine_facts,
+    pct,
+    print_result,
+    ray_system_pids,
+    reap,
+    say,
+)
 
 
 def ray_config(a) -> dict:
@@ -378,42 +73,6 @@ def ray_config(a) -> dict:
     if not a.task_events:
         cfg["task_events_report_interval_ms"] = 0  # no per-call task records for the dashboard/state API
     return cfg
-
-
-def fsync_ms(folder: Path, n: int = 100) -> dict:
-    """The disk's own floor: latency of appending 10 KB and fsyncing, n times, in `folder`."""
-    path = folder / "fsync-probe.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    lat = []
-    try:
-        for _ in range(n):
-            os.write(fd, b"x" * 10_000)
-            t = time.perf_counter()
-            os.fsync(fd)
-            lat.append((time.perf_counter() - t) * 1000)
-            time.sleep(0.005)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return {"fsync_p50_ms": round(pct(lat, 0.5), 2), "fsync_p99_ms": round(pct(lat, 0.99), 2)}
-
-
-def reap(procs: list[psutil.Process], grace_s: float = 5.0) -> None:
-    """Kill what is left of this instance's actor processes after `ray.shutdown()`: an async actor busy
-    at shutdown can hang in its exit path (seen here: a few BenchHosts per run, each holding
-    ~150 MiB and some CPU), and must not tax the next run."""
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    if alive:
-        print(f"killed {len(alive)} actor processes left behind by ray.shutdown()", flush=True)
-
-
-def say(t0: float, text: str) -> None:
-    print(f"[{time.time() - t0:6.1f}s] {text}", flush=True)
 
 
 def main() -> None:
@@ -443,7 +102,7 @@ def main() -> None:
 
     t0 = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="bench-board-router-", dir=a.log_dir))
-    facts = machine_facts()
+    facts = machine_facts(ray=ray.__version__)
     facts["ray_system_config"] = ray_config(a)
     facts["log_dir"] = str(tmp)
     facts.update(fsync_ms(tmp))
@@ -453,24 +112,25 @@ def main() -> None:
     ray.init(address="local", num_cpus=2, include_dashboard=False, namespace=f"bench-{uuid.uuid4().hex[:6]}",
              log_to_driver=False, _system_config=ray_config(a))
     result: dict = {"workers": a.workers}
-    sampler = RssSampler(ray_system_pids())
-    sampler.start()
+    system = ray_system_pids()
+    # RSS only: reading PSS over the instance every 0.5 s would take CPU from the latencies measured here.
+    sampler = MemorySampler([*system, os.getpid()], interval=0.5, pss=False).start()
     try:
         result.update(run(a, tmp, t0, sampler))
     finally:
         sampler.stop()
-        ours = sampler.descendants()
+        ours = descendants(system)
         ray.shutdown()
         reap(ours)
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    result["peak_rss_mib"] = round(sampler.peak / 2**20)
+    result["peak_rss_mib"] = round(sampler.peak_rss_sum / 2**20)
     result.update({k: v for k, v in facts.items() if k.startswith("fsync")})
     result["wall_s"] = round(time.time() - t0, 1)
-    print(json.dumps(result), flush=True)
+    print_result(result)
 
 
-def run(a, tmp: Path, t0: float, sampler: RssSampler) -> dict:
+def run(a, tmp: Path, t0: float, sampler: MemorySampler) -> dict:
     out: dict = {}
     width = max(4, len(str(a.workers)))
     workers = [f"w{i:0{width}d}" for i in range(1, a.workers + 1)]
@@ -504,7 +164,7 @@ def run(a, tmp: Path, t0: float, sampler: RssSampler) -> dict:
     # ---- phase 1: paper-like load + fan-out probes
     say(t0, f"phase 1: paper-like load x{a.speed:g} for {a.load_s:g} s "
             f"(~{a.workers / 60 * a.speed:.0f} posts/s, {a.workers / 120 * a.speed:.0f} recent reads/s)")
-    cpu0, t_cpu0 = sampler.cpu(), time.time()
+    cpu0, t_cpu0 = cpu_by_process(sampler.roots), time.time()
     loads = [h.run_load.remote(a.speed, a.load_s, 1000 * i) for i, h in enumerate(hosts.values())]
     probes: dict[int, float] = {}
     time.sleep(min(5.0, a.load_s / 4))  # let the load settle
@@ -515,7 +175,7 @@ def run(a, tmp: Path, t0: float, sampler: RssSampler) -> dict:
         probes[e.seq] = ts
         time.sleep(0.25)
     stats = ray.get(loads)
-    cores = cpu_by_role(cpu0, sampler.cpu(), time.time() - t_cpu0)
+    cores = cpu_by_role(cpu0, cpu_by_process(sampler.roots), time.time() - t_cpu0)
     out["phase1_cores"] = round(sum(cores.values()), 2)
     say(t0, f"phase 1 cores used by role: {cores} (machine load average {os.getloadavg()[0]:.1f})")
     wait_delivered(board, hosts, t0)

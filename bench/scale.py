@@ -10,7 +10,7 @@ chat. No launch stagger, so `launch_s` measures bringing every worker up.
 Prints the machine facts, progress, and as its last line one JSON object:
 workers, nodes, launch_s, first_turn_all_s, peak_rss_mib, fanout_p99_ms,
 board_post_p99_ms, deliveries_per_s, prs_merged, wall_s, and two memory
-cross-checks (see MemorySampler: peak_rss_mib is the process tree's summed
+cross-checks (see bench/common.py MemorySampler: peak_rss_mib is the process tree's summed
 PSS; peak_rss_sum_mib the naive RSS sum; peak_used_delta_mib the machine's).
 
     python bench/scale.py                      # 1,024 workers, 16 nodes
@@ -23,13 +23,11 @@ import argparse
 import io
 import json
 import os
-import platform
 import sys
 import threading
 import time
 from pathlib import Path
 
-import psutil
 import ray
 from ray.cluster_utils import Cluster
 
@@ -40,65 +38,7 @@ from agensh_ray.analysis.views import connect  # noqa: E402
 from agensh_ray.config import RoutingConfig, RunConfig, SimConfig  # noqa: E402
 from agensh_ray.driver import Run  # noqa: E402
 from agensh_ray.task import Task  # noqa: E402
-
-
-def machine_facts() -> dict:
-    mem = psutil.virtual_memory()
-    return {
-        "cpus": os.cpu_count(),
-        "ram_gib": round(mem.total / 2**30, 1),
-        "python": platform.python_version(),
-        "ray": ray.__version__,
-        "platform": platform.platform(),
-    }
-
-
-class MemorySampler:
-    """Peak memory of this process and all its descendants (the 16 Ray nodes, the actors, the agents),
-    sampled every `interval` seconds, three ways:
-
-    - pss: the sum of each process's proportional set size (a page shared by n processes counts 1/n
-      in each), i.e. what the process tree really occupies. This is `peak_rss_mib`.
-    - rss_sum: the sum of each process's RSS, which counts every shared page (Python, Ray's
-      libraries, forked workers' copy-on-write pages) once per process that maps it. It overstates
-      memory by the sharing: reported as `peak_rss_sum_mib` for comparison.
-    - used: the machine's used memory (total - available) above what it was at the start, a
-      cross-check that includes the kernel's own costs (page tables, socket buffers).
-    """
-
-    def __init__(self, interval: float = 2.0):
-        self.peak_pss = self.peak_rss_sum = self.peak_used = 0
-        self.used0 = self._used()
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, args=(interval,), daemon=True)
-
-    @staticmethod
-    def _used() -> int:
-        vm = psutil.virtual_memory()
-        return vm.total - vm.available
-
-    def _run(self, interval: float) -> None:
-        me = psutil.Process()
-        while not self._stop.wait(interval):
-            pss = rss = 0
-            for p in [me, *me.children(recursive=True)]:
-                try:
-                    m = p.memory_full_info()  # reads /proc/<pid>/smaps_rollup
-                except psutil.Error:
-                    continue
-                pss += m.pss
-                rss += m.rss
-            self.peak_pss = max(self.peak_pss, pss)
-            self.peak_rss_sum = max(self.peak_rss_sum, rss)
-            self.peak_used = max(self.peak_used, self._used() - self.used0)
-
-    def __enter__(self):
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join()
+from bench.common import MemorySampler, descendants, machine_facts, percentile, print_result, reap  # noqa: E402
 
 
 class Watch:
@@ -134,13 +74,6 @@ class Watch:
         self._stop.set()
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=1024)
@@ -152,7 +85,7 @@ def main() -> None:
     args = ap.parse_args()
 
     per_node = -(-args.workers // args.nodes)
-    print("machine:", json.dumps(machine_facts()), flush=True)
+    print("machine:", json.dumps(machine_facts(ray=ray.__version__)), flush=True)
     print(f"starting a {args.nodes}-node cluster on this host ({per_node} agent slots per node)", flush=True)
     t_cluster = time.time()
     cluster = Cluster(
@@ -230,9 +163,11 @@ def main() -> None:
         "peak_rss_sum_mib": round(mem.peak_rss_sum / 2**20),
         "peak_used_delta_mib": round(mem.peak_used / 2**20),
     }
+    ours = descendants([os.getpid()])
     ray.shutdown()
     cluster.shutdown()
-    print(json.dumps(result), flush=True)
+    reap(ours)
+    print_result(result)
 
 
 if __name__ == "__main__":

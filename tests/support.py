@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
 from pathlib import Path
+from typing import Any, TypeVar
 
 from agensh_ray.board import Board
 from agensh_ray.config import RunConfig
@@ -17,7 +17,6 @@ from agensh_ray.services.chat.embedded import EmbeddedChat
 from agensh_ray.services.forge.embedded import EmbeddedForge
 from agensh_ray.task import Task
 from agensh_ray.worker import WorkerHost
-
 
 T = TypeVar("T")
 

@@ -12,9 +12,10 @@ import pytest
 from acp import RequestError
 from acp.schema import PermissionOption, ToolCallLocation, ToolCallUpdate
 
+from agensh_ray.agent.client import SessionObserver, WorkdirClient
+from agensh_ray.agent.harness import get_harness, read_secrets
+from agensh_ray.agent.session import ProcessSession
 from agensh_ray.errors import AgentDied, HarnessError
-from agensh_ray.harness import get_harness, read_secrets
-from agensh_ray.session import AgentSession, SessionObserver, WorkdirClient
 
 
 def test_secrets_file_feeds_only_the_agent_that_needs_it(tmp_path, monkeypatch):
@@ -97,7 +98,7 @@ async def test_a_dead_agent_is_reported_with_its_redacted_last_words(tmp_path, m
     monkeypatch.setenv("AGENSH_SECRETS_FILE", str(tmp_path / "s.env"))
     (tmp_path / "s.env").write_text("ANTHROPIC_API_KEY=sk-very-secret-1234\n")
     h = get_harness(f"cmd:{sys.executable} {script}")
-    s = AgentSession(h, "w001", tmp_path, tmp_path / "home", "http://127.0.0.1:9/w/w001/tok123456/mcp",
+    s = ProcessSession(h, "w001", tmp_path, tmp_path / "home", "http://127.0.0.1:9/w/w001/tok123456/mcp",
                      SessionObserver(), log_dir=tmp_path / "logs")
     with pytest.raises(AgentDied) as err:
         await asyncio.wait_for(s.start(timeout_s=30), 40)

@@ -1,6 +1,6 @@
 """The analysis queries against hand-computed answers on committed trace fixtures
 (tests/fixtures/make_runs.py builds them; tests/fixtures/golden/ holds the answers),
-plus the generated parts that must stay in step with agensh_ray/trace.py."""
+plus the generated parts that must stay in step with agensh_ray/trace/rows.py."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_every_trace_column_is_documented():
     for table, model in TABLES.items():
         assert model.__doc__ and model.__doc__.strip(), f"{model.__name__} needs a docstring"
         for name, info in model.model_fields.items():
-            assert info.description, f"{table}.{name} needs a docstring in agensh_ray/trace.py"
+            assert info.description, f"{table}.{name} needs a docstring in agensh_ray/trace/rows.py"
 
 
 def test_old_files_read_with_nulls_in_new_columns(cons):

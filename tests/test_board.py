@@ -7,16 +7,11 @@ import logging
 
 import pytest
 
-from agensh_ray.board import (
-    BLOCK,
-    Board,
-    BoardError,
-    BoardLimits,
-    _compile_query,
-    apply_recent_delta,
-    entries_from_acks,
-)
+from agensh_ray.board import BLOCK, Board, BoardLimits, apply_recent_delta
+from agensh_ray.board.query import compile_query
+from agensh_ray.errors import BoardError
 from agensh_ray.models import BoardEntry, BoardEntryIn, EntryType
+from agensh_ray.wire import entries_from_acks
 
 
 class FakeClock:
@@ -354,9 +349,9 @@ def test_grep_refuses_nested_repeats(board):
 
 
 def test_alternation_uses_the_literal_index():
-    assert _compile_query(r"unicode|squeeze", True).literals == ("unicode", "squeeze")
-    assert _compile_query(r"(fail(ed|s)|error)", True).literals == ("fail", "error")
-    assert _compile_query(r"x|unicode", True).literals == ()  # a branch without a 2-letter literal: full scan
+    assert compile_query(r"unicode|squeeze", True).literals == ("unicode", "squeeze")
+    assert compile_query(r"(fail(ed|s)|error)", True).literals == ("fail", "error")
+    assert compile_query(r"x|unicode", True).literals == ()  # a branch without a 2-letter literal: full scan
 
 
 def test_grep_steps_yield_per_block_and_ignore_later_writes(tmp_path):

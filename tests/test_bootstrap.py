@@ -1,10 +1,13 @@
-"""`python -m agensh_ray.bootstrap` against the fake Gitea and fake Mattermost: everything made once,
-nothing duplicated on a second run, secrets only in the 0600 file."""
+"""The provisioning (`agensh_ray.services.provision`) and its CLI `python -m agensh_ray.bootstrap` against
+the fake Gitea and fake Mattermost: everything made once, nothing duplicated on a second run, secrets only in
+the 0600 file; the CLI prints the same lines and exits 0, 1 or 2."""
 
 from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -77,4 +80,55 @@ def test_a_lost_secrets_file_replaces_tokens_instead_of_adding(tmp_path):
         tokens = [t for t in stack.gitea.tokens.values() if t["login"] == "w001"]
         violations = stack.violations
     assert new != old and [t["sha1"] for t in tokens] == [new]
+    assert not violations, "\n".join(map(str, violations))
+
+
+def test_the_cli_prints_its_progress_and_exit_codes(tmp_path, capsys):
+    """A first run (FakeStack calls the provisioning directly), then the CLI as a real process: nothing left to
+    create, the same secrets; then the refusals in-process: 2 for an unknown task, 1 for a bad token."""
+    from agensh_ray.bootstrap import main
+    from agensh_ray.services.fakes import FakeStack
+
+    with FakeStack(tmp_path, workers=2) as stack:
+        g, m = stack.gitea.url, stack.mm.url
+        secrets = json.loads(stack.secrets.read_text())
+        assert stack.bootstrap_output.splitlines() == [
+            f"bootstrapping Gitea at {g} for 2 workers, task textkit",
+            "  3 Gitea users with scoped tokens",
+            "  created org agensh",
+            "  created repository agensh/run",
+            "  pushed the starter to main",
+            "  opened issue #1 (the task)",
+            "  protected main (no pushes; PRs with 0 approvals)",
+            f"  webhook -> {stack.intake_url}",
+            f"bootstrapping Mattermost at {m}",
+            "  created team agensh",
+            "  created channel ~task",
+            "  3 Mattermost users with tokens, team agensh, channel ~task",
+            f"done; tokens are in {stack.secrets} (mode 0600)",
+        ]
+        args = stack.bootstrap_args()
+        res = subprocess.run([sys.executable, "-m", "agensh_ray.bootstrap", *args], capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert (res.returncode, res.stderr) == (0, ""), res.stderr
+        assert res.stdout.splitlines() == [
+            f"bootstrapping Gitea at {g} for 2 workers, task textkit",
+            "  3 Gitea users with scoped tokens",
+            f"bootstrapping Mattermost at {m}",
+            "  3 Mattermost users with tokens, team agensh, channel ~task",
+            f"done; tokens are in {stack.secrets} (mode 0600)",
+        ]
+        assert json.loads(stack.secrets.read_text()) == secrets
+
+        assert main([*args, "--task", "no-such-task"]) == 2
+        assert capsys.readouterr().err.startswith("error: ")
+        worker_token = tmp_path / "w001.token"
+        worker_token.write_text(secrets["gitea"]["users"]["w001"]["token"])
+        admin_file = args[args.index("--admin-token-file") + 1]
+        assert main([a if a != admin_file else str(worker_token) for a in args]) == 1
+        assert capsys.readouterr().err == f"error: the token in {worker_token} is not a Gitea site admin's\n"
+        (tmp_path / "empty.token").write_text("\n")
+        assert main([a if a != admin_file else str(tmp_path / "empty.token") for a in args]) == 1
+        assert capsys.readouterr().err == f"error: {tmp_path / 'empty.token'} is empty\n"
+        violations = stack.violations
     assert not violations, "\n".join(map(str, violations))

@@ -3,7 +3,6 @@ the fake Mattermost, every body checked against services/fakes/specs/mattermost-
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import httpx
@@ -14,6 +13,7 @@ from agensh_ray.errors import ChatError
 from agensh_ray.routing import Fanout
 from agensh_ray.services.fakes.contract import missing_specs
 from agensh_ray.worker import WorkerHost
+from tests.support import wait_for
 
 SKIP = missing_specs("mattermost")
 pytestmark = [
@@ -25,16 +25,14 @@ WORKERS = ["w001", "w002", "w003"]
 
 @pytest.fixture(scope="module")
 def mm_env(tmp_path_factory):
-    from agensh_ray.bootstrap import bootstrap_mattermost, write_secrets
     from agensh_ray.services.fakes.mattermost import FakeMattermost
+    from agensh_ray.services.provision import MattermostSettings, provision_mattermost, write_secrets
 
     root = tmp_path_factory.mktemp("mm")
     fake = FakeMattermost().start()
-    (root / "admin.token").write_text(fake.admin_token)
-    args = argparse.Namespace(mattermost_url=fake.url, mattermost_token_file=root / "admin.token", team="agensh",
-                              channel="task")
+    settings = MattermostSettings(url=fake.url, admin_token=fake.admin_token, team="agensh", channel="task")
     secrets = root / "secrets.json"
-    write_secrets(secrets, {"mattermost": bootstrap_mattermost(args, WORKERS, {})})
+    write_secrets(secrets, {"mattermost": provision_mattermost(settings, WORKERS, {})})
     yield fake, secrets
     fake.close()
 
@@ -49,15 +47,6 @@ def chat(mm_env, tmp_path):
     assert all(c.wait_connected(u) for u in c.users), "every socket should authenticate"
     yield c
     c.close()
-
-
-def wait_until(pred, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def raw_dm(fake, chat, sender: str, to: str, text: str) -> dict:
@@ -75,8 +64,9 @@ def test_post_dm_history_and_refusals(chat, mm_env):
     d = chat.dm("w002", "w001", "I am on lower, not upper")
     assert (p.seq, p.sender, p.to) == (1, "w001", None)
     assert (d.seq, d.sender, d.to, d.text) == (2, "w002", "w001", "I am on lower, not upper")
-    assert wait_until(lambda: chat.last_seq == 2)
-    time.sleep(0.2)  # the websocket copies of both posts arrive and must not be logged again
+    wait_for(lambda: chat.last_seq == 2, 10, "both messages in the log")
+    # The websocket copies of both posts (sent before the REST answers returned) must not be logged again.
+    wait_for(fake.websockets_flushed, 10, "the websocket copies of both posts to be sent")
     assert [m.seq for m in chat.messages_since(0)] == [1, 2]
     assert [m.text for m in chat.history("w003")] == ["claiming upper"]
     assert len(chat.history("w001")) == 2
@@ -97,7 +87,7 @@ def test_dm_over_the_websocket_is_delivered_mid_turn(chat, mm_env, tmp_path):
     chat.add_listener(seen.append)
     start = chat.last_seq
     raw_dm(fake, chat, "w003", "w001", "stop: upper is already merged")
-    assert wait_until(lambda: chat.last_seq > start), "the websocket never delivered the DM"
+    wait_for(lambda: chat.last_seq > start, 10, "the websocket to deliver the DM")
     [msg] = chat.messages_since(start)
     assert (msg.sender, msg.to, msg.text) == ("w003", "w001", "stop: upper is already merged")
     assert seen == [msg]
@@ -107,10 +97,10 @@ def test_dm_over_the_websocket_is_delivered_mid_turn(chat, mm_env, tmp_path):
     try:
         fan = Fanout({"h000": WORKERS})
         host.deliver(fan.split("chat", [msg])["h000"], {"chat": msg.seq})
-        assert host.pending_urgent("w002") == ""
-        urgent = host.pending_urgent("w001")
+        assert host.backend.pending_urgent("w002") == ""
+        urgent = host.backend.pending_urgent("w001")
         assert "[DM from w003] stop: upper is already merged" in urgent
-        assert host.pending_urgent("w001") == "", "delivered once"
+        assert host.backend.pending_urgent("w001") == "", "delivered once"
     finally:
         host.trace.close()
     assert not fake.violations, "\n".join(map(str, fake.violations))
@@ -123,8 +113,9 @@ def test_reconnect_with_backoff_catches_up(chat, mm_env):
     fake.drop_websockets()
     raw_dm(fake, chat, "w002", "w003", "sent while the sockets were down")
     assert all(chat.wait_connected(u, before[u] + 1) for u in chat.users), "sockets should reconnect"
-    assert wait_until(lambda: chat.last_seq > start)
-    time.sleep(0.2)
+    wait_for(lambda: chat.last_seq > start, 10, "the catch-up to log the DM")
+    # The catch-up has run on every socket (wait_connected); any websocket copy must not be logged again.
+    wait_for(fake.websockets_flushed, 10, "the websockets to send what was queued")
     new = chat.messages_since(start)
     assert [(m.sender, m.to, m.text) for m in new] == [("w002", "w003", "sent while the sockets were down")]
     assert not fake.violations, "\n".join(map(str, fake.violations))

@@ -20,14 +20,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from agensh_ray.agent.client import SessionObserver
+from agensh_ray.agent.harness import get_harness
+from agensh_ray.agent.session import ProcessSession
 from agensh_ray.errors import AgentNeedsCredentials, HarnessError
 from agensh_ray.fakes.anthropic_server import FakeAnthropic
 from agensh_ray.fakes.openai_server import FakeOpenAI
 from agensh_ray.fakes.script import Script, Step, Turn
 from agensh_ray.fakes.textkit import feature_turn
-from agensh_ray.harness import get_harness
 from agensh_ray.models import Delivery, now_us
-from agensh_ray.session import AgentSession, SessionObserver
 from tests.support import LocalServices
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.timeout(300)]
@@ -277,7 +278,7 @@ async def test_handshake_and_a_clear_error_without_credentials(name, key, servic
     workdir.mkdir()
     try:
         # Without credentials: a prompt, clear error, not a hang.
-        bare = AgentSession(get_harness(name), "w001", workdir, tmp_path / "home-bare", url, _Quiet(),
+        bare = ProcessSession(get_harness(name), "w001", workdir, tmp_path / "home-bare", url, _Quiet(),
                             log_dir=tmp_path / "logs", secrets={})
         t0 = time.monotonic()
         with pytest.raises(AgentNeedsCredentials) as err:
@@ -288,7 +289,7 @@ async def test_handshake_and_a_clear_error_without_credentials(name, key, servic
         # With (fake) credentials: initialize, authenticate, session/new with our HTTP MCP server.
         host.tools.hits.clear()
         monkeypatch.setenv(key, f"fake-{name}-key-0123456789")
-        s = AgentSession(get_harness(name), "w001", workdir, tmp_path / "home", url, _Quiet(),
+        s = ProcessSession(get_harness(name), "w001", workdir, tmp_path / "home", url, _Quiet(),
                          log_dir=tmp_path / "logs", secrets={})
         session_id = await s.start(timeout_s=90)
         try:

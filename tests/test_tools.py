@@ -84,7 +84,7 @@ async def test_low_priority_events_wait_for_the_next_turn(host):
     host.deliver([Delivery(event_id="chat:3", worker_id="w001", priority="low", kind="channel",
                            text="[#task w002] main is green", enqueue_ts=now_us())], {"chat": 3})
     assert "main is green" not in await call(host, "board_read")
-    prompt = host._prompt_text(host.workers["w001"], "events")
+    prompt = host.workers["w001"].prompt_text("events")
     assert "--- since your last turn ---" in prompt and "main is green" in prompt
 
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from acp import RequestError
 
-from agensh_ray.config import RunConfig
-from agensh_ray.driver import launch_offsets, worker_ids
+from agensh_ray.agent.client import confine
+from agensh_ray.agent.harness import get_harness
+from agensh_ray.config import RunConfig, worker_ids
+from agensh_ray.driver import launch_offsets
 from agensh_ray.errors import HarnessError
-from agensh_ray.harness import get_harness
-from agensh_ray.session import confine
 from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, BoardRow, TraceWriter, TurnRow
 
 

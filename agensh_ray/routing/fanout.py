@@ -18,11 +18,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from agensh_ray.board import Row
 from agensh_ray.models import BoardEntry, ChatMessage, EntryType, ForgeEvent, now_us
 from agensh_ray.render import board_text, dm_text, forge_text, post_text
 from agensh_ray.routing.claims import Claims
-from agensh_ray.wire import Event
+from agensh_ray.wire import Event, Row
 
 POLICIES = ("all", "relevant")
 

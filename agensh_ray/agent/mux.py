@@ -6,7 +6,9 @@ and the `sim` harness, a WorkerActor starts ONE sim process and opens one
 session per worker on it. Each session still has its own workdir, its own MCP
 URL (so the tools know which worker calls) and its own WorkdirClient (fs,
 terminals, permissions, trace observer): `MuxClient` routes every agent ->
-client request by its `sessionId`. Real CLIs keep one process per worker.
+client request by its `sessionId`. A `MuxSession` is an `AcpSession` like a
+worker's own process session: the same turn, usage and redaction. Real CLIs
+keep one process per worker.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from pathlib import Path
 
 import acp
 from acp import RequestError
-from acp.schema import ClientCapabilities, FileSystemCapabilities, HttpMcpServer, Implementation
 
+from agensh_ray.agent.client import SessionObserver, WorkdirClient
+from agensh_ray.agent.harness import Harness
+from agensh_ray.agent.process import AgentProcess
+from agensh_ray.agent.session import AcpSession, initialize
 from agensh_ray.errors import AgentDied
-from agensh_ray.harness import Harness
-from agensh_ray.session import AgentProcess, SessionObserver, WorkdirClient
 
 _CLIENT_METHODS = (
     "request_permission",
@@ -95,16 +98,7 @@ class SharedAgent:
             self.process = AgentProcess(self.harness.argv(), self.env, self.cwd, self.log_dir / f"{self.name}.stderr")
             proc = await self.process.start()
             self.conn = acp.connect_to_agent(self.client, proc.stdin, proc.stdout)
-            await asyncio.wait_for(
-                self.conn.initialize(
-                    protocol_version=acp.PROTOCOL_VERSION,
-                    client_capabilities=ClientCapabilities(
-                        fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
-                    ),
-                    client_info=Implementation(name="agensh-ray", title="agensh-ray worker host", version="0.1.0"),
-                ),
-                timeout_s,
-            )
+            await asyncio.wait_for(initialize(self.conn, "agensh-ray worker host"), timeout_s)
             self.generation += 1
             return self.generation
 
@@ -117,34 +111,22 @@ class SharedAgent:
             await self.process.stop()
 
 
-class MuxAgentSession:
-    """The AgentSession interface over a SharedAgent: one ACP session per worker."""
+class MuxSession(AcpSession):
+    """One worker's ACP session on a `SharedAgent`."""
 
-    def __init__(
-        self,
-        shared: SharedAgent,
-        worker_id: str,
-        workdir: Path,
-        mcp_url: str,
-        observer: SessionObserver,
-        env: dict[str, str],
-        deny: list[str] | None = None,
-    ):
+    def __init__(self, shared: SharedAgent, worker_id: str, workdir: Path, mcp_url: str, observer: SessionObserver,
+                 deny: list[str] | None = None):
+        super().__init__(shared.harness, worker_id, workdir, mcp_url, observer, shared.env, deny)
         self.shared = shared
-        self.harness = shared.harness
-        self.worker_id = worker_id
-        self.workdir = workdir
-        self.mcp_url = mcp_url
-        self.observer = observer
-        self.env = env
-        self.client = WorkdirClient(workdir, observer, deny or list(shared.harness.default_deny), env)
-        self.session_id: str | None = None
         self.generation = 0
-        self.restarts = 0
 
     @property
-    def pid(self) -> int | None:
-        return self.shared.process.pid if self.shared.process else None
+    def conn(self) -> acp.ClientSideConnection | None:
+        return self.shared.conn
+
+    @property
+    def process(self) -> AgentProcess | None:
+        return self.shared.process
 
     @property
     def alive(self) -> bool:
@@ -154,41 +136,13 @@ class MuxAgentSession:
         try:
             self.generation = await self.shared.ensure(timeout_s=timeout_s)
             resp = await asyncio.wait_for(
-                self.shared.conn.new_session(
-                    cwd=str(self.workdir),
-                    mcp_servers=[HttpMcpServer(name="agensh", url=self.mcp_url, headers=[], type="http")],
-                ),
-                timeout_s,
+                self.shared.conn.new_session(cwd=str(self.workdir), mcp_servers=self._mcp_servers()), timeout_s
             )
         except (asyncio.TimeoutError, ConnectionError, BrokenPipeError, RequestError) as exc:
-            raise AgentDied(f"shared {self.harness.name} agent failed to open a session: {exc!r}") from exc
+            raise AgentDied(self.redact(f"shared {self.harness.name} agent failed to open a session: {exc!r}")) from exc
         self.session_id = resp.session_id
         self.shared.client.clients[self.session_id] = self.client
         return self.session_id
-
-    async def prompt(self, text: str) -> tuple[str, str]:
-        proc = self.shared.process.proc
-        turn = asyncio.create_task(self.shared.conn.prompt(session_id=self.session_id, prompt=[acp.text_block(text)]))
-        died = asyncio.create_task(proc.wait())
-        try:
-            done, _ = await asyncio.wait({turn, died}, return_when=asyncio.FIRST_COMPLETED)
-            if turn in done:
-                try:
-                    resp = turn.result()
-                except (ConnectionError, BrokenPipeError, asyncio.IncompleteReadError) as exc:
-                    raise AgentDied(f"connection to the shared {self.harness.name} agent broke: {exc}") from exc
-                return resp.stop_reason, self.client.take_text()
-            raise AgentDied(f"the shared {self.harness.name} agent exited with code {proc.returncode} mid-turn")
-        finally:
-            for t in (turn, died):
-                if not t.done():
-                    t.cancel()
-            self.client.flush_open_tool_calls()
-
-    async def cancel(self) -> None:
-        if self.session_id and self.alive:
-            with contextlib.suppress(Exception):
-                await self.shared.conn.cancel(session_id=self.session_id)
 
     async def restart(self) -> bool:
         """The shared process died: the first session to notice restarts it; each opens a new session."""

@@ -1,0 +1,318 @@
+"""The ACP client methods an agent calls back into, confined to one worker's
+workdir: files (fs/*), terminals (terminal/*), permission requests, and the
+session/update notifications the session turns into observer calls.
+
+What real CLIs taught us (see harness.py for the per-CLI quirks):
+- tool calls are upserted by id (Claude Code sends `tool_call` twice, Copilot
+  sends `tool_call` then `tool_call_update`); the duration runs from the
+  first sight of the id to the first completed/failed status;
+- session/load replays the old conversation as session/update notifications:
+  they are not new tool calls and are not recorded again;
+- `usage_update` carries the context size and the session's cumulative cost
+  during a turn (the tokens come with the prompt response, see session.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acp import RequestError
+from acp.schema import (
+    AllowedOutcome,
+    CreateTerminalResponse,
+    DeniedOutcome,
+    KillTerminalResponse,
+    ReadTextFileResponse,
+    ReleaseTerminalResponse,
+    RequestPermissionResponse,
+    TerminalExitStatus,
+    TerminalOutputResponse,
+    WaitForTerminalExitResponse,
+    WriteTextFileResponse,
+)
+
+from agensh_ray.agent.process import kill_group
+
+TERMINAL_OUTPUT_LIMIT = 1024 * 1024
+PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "cwd", "directory", "dir")
+EDIT_KINDS = {"edit", "delete", "move"}
+
+
+@dataclass
+class ToolCallRecord:
+    """An agent-reported tool call, upserted by id (Claude Code sends `tool_call` twice)."""
+
+    tool_call_id: str
+    title: str = ""
+    kind: str | None = None
+    status: str | None = None
+    started: float = field(default_factory=time.perf_counter)
+    finished: float | None = None
+
+
+@dataclass
+class TurnUsage:
+    """What one turn cost, as far as the agent reports it."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    context_used: int | None = None
+    """Tokens in the context window at the end of the turn (usage_update)."""
+    context_size: int | None = None
+
+
+class SessionObserver:
+    """Receives what the session sees; the host turns it into trace rows. Override what you need."""
+
+    def on_tool_call(self, rec: ToolCallRecord) -> None: ...
+    def on_agent_text(self, text: str) -> None: ...
+    def on_usage(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None: ...
+    def on_plan(self, entries: list[str]) -> None:
+        """The agent's whole current plan, one "[status] content" line per entry."""
+    def on_permission(self, title: str, allowed: bool, reason: str) -> None: ...
+
+
+
+def confine(workdir: Path, path: str) -> Path:
+    """Resolve `path` and refuse anything outside the workdir (symlinks included)."""
+    p = Path(path)
+    if not p.is_absolute():
+        p = workdir / p
+    resolved = p.resolve()
+    root = workdir.resolve()
+    if resolved != root and root not in resolved.parents:
+        raise RequestError.invalid_params({"path": path, "reason": f"outside the worker's workdir {root}"})
+    return resolved
+
+
+def _inside(workdir: Path, path: str) -> bool:
+    try:
+        confine(workdir, path)
+        return True
+    except RequestError:
+        return False
+
+
+@dataclass
+class _Terminal:
+    proc: asyncio.subprocess.Process
+    limit: int
+    output: bytearray = field(default_factory=bytearray)
+    truncated: bool = False
+    reader: asyncio.Task | None = None
+
+
+class WorkdirClient:
+    """The ACP client methods, all confined to one workdir.
+
+    Permission policy: allow (choosing the option by `kind`, as Copilot CLI
+    expects) unless the tool call matches a deny pattern or edits a path
+    outside the workdir.
+    """
+
+    def __init__(self, workdir: Path, observer: SessionObserver, deny: list[str], env: dict[str, str]):
+        self.workdir = workdir
+        self.observer = observer
+        self.deny = [d.lower() for d in deny]
+        self.env = env
+        self.tool_calls: dict[str, ToolCallRecord] = {}
+        self.replaying = False
+        """True while session/load replays the old conversation: nothing is recorded."""
+        self.usage = TurnUsage()
+        self.cost_total = 0.0
+        """Cumulative session cost from the last usage_update."""
+        self.redact: Callable[[str], str] = lambda text: text
+        """Applied to what reaches the observer (tool titles can hold a command line)."""
+        self.files_written: list[Path] = []
+        """Files the agent wrote through fs/write_text_file (Claude Code edits this way)."""
+        self._terminals: dict[str, _Terminal] = {}
+        self._next_terminal = 0
+        self._text: list[str] = []
+
+    # -- permissions ---------------------------------------------------------------
+    def refusal(self, tool_call) -> str | None:
+        """Why a tool call is refused, or None to allow it."""
+        raw = tool_call.raw_input
+        described = f"{tool_call.title or ''} {json.dumps(raw, default=str) if raw is not None else ''}".lower()
+        for d in self.deny:
+            if d in described:
+                return f"matches the deny pattern {d!r}"
+        paths = [loc.path for loc in tool_call.locations or [] if getattr(loc, "path", None)]
+        if isinstance(raw, dict):
+            paths += [str(raw[k]) for k in PATH_KEYS if isinstance(raw.get(k), str)]
+        kind = tool_call.kind or (self.tool_calls[tool_call.tool_call_id].kind
+                                  if tool_call.tool_call_id in self.tool_calls else None)
+        if kind in EDIT_KINDS or kind is None:
+            for p in paths:
+                if not _inside(self.workdir, p):
+                    return f"{p} is outside the worker's workdir"
+        return None
+
+    async def request_permission(self, options, session_id, tool_call, **kwargs):
+        reason = self.refusal(tool_call)
+        self.observer.on_permission(self.redact(tool_call.title or ""), reason is None, reason or "")
+        wanted = ("reject_once", "reject_always") if reason else ("allow_once", "allow_always")
+        for kind in wanted:
+            for opt in options:
+                if opt.kind == kind:
+                    chosen = AllowedOutcome(option_id=opt.option_id, outcome="selected")
+                    return RequestPermissionResponse(outcome=chosen)
+        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+    # -- session updates -----------------------------------------------------------
+    async def session_update(self, session_id, update, **kwargs):
+        if self.replaying:
+            return
+        kind = getattr(update, "session_update", None)
+        if kind in ("tool_call", "tool_call_update"):
+            rec = self.tool_calls.get(update.tool_call_id)
+            if rec is None:
+                rec = self.tool_calls[update.tool_call_id] = ToolCallRecord(update.tool_call_id)
+            if update.title:
+                rec.title = self.redact(update.title)
+            if update.kind:
+                rec.kind = update.kind
+            if update.status:
+                rec.status = update.status
+            if update.status in ("completed", "failed") and rec.finished is None:
+                rec.finished = time.perf_counter()
+                self.observer.on_tool_call(rec)
+        elif kind == "agent_message_chunk":
+            text = getattr(update.content, "text", None)
+            if text:
+                self._text.append(text)
+        elif kind == "plan":
+            self.observer.on_plan([f"[{e.status}] {e.content}" for e in update.entries])
+        elif kind == "usage_update":
+            self.usage.context_used, self.usage.context_size = update.used, update.size
+            if update.cost is not None:
+                self.cost_total = float(update.cost.amount)
+
+    def take_text(self) -> str:
+        text, self._text = "".join(self._text), []
+        return text
+
+    def flush_open_tool_calls(self) -> None:
+        """Tool calls still open when a turn ends count as failed."""
+        for rec in self.tool_calls.values():
+            if rec.finished is None:
+                rec.finished = time.perf_counter()
+                rec.status = rec.status if rec.status in ("completed", "failed") else "failed"
+                self.observer.on_tool_call(rec)
+        self.tool_calls.clear()
+
+    # -- files ----------------------------------------------------------------------
+    async def read_text_file(self, path, session_id, limit=None, line=None, **kwargs):
+        p = confine(self.workdir, path)
+        if not p.is_file():
+            raise RequestError.resource_not_found(str(path))
+        text = p.read_text(encoding="utf-8", errors="replace")
+        if line is not None or limit is not None:
+            lines = text.splitlines(keepends=True)
+            start = max((line or 1) - 1, 0)
+            end = start + limit if limit is not None else None
+            text = "".join(lines[start:end])
+        return ReadTextFileResponse(content=text)
+
+    async def write_text_file(self, content, path, session_id, **kwargs):
+        p = confine(self.workdir, path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(content, encoding="utf-8")
+        self.files_written.append(p)
+        return WriteTextFileResponse()
+
+    # -- terminals ------------------------------------------------------------------
+    async def create_terminal(self, command, session_id, args=None, cwd=None, env=None, output_byte_limit=None, **kw):
+        workdir = confine(self.workdir, cwd) if cwd else self.workdir
+        merged = dict(self.env)
+        for var in env or []:
+            merged[var.name] = var.value
+        argv = [command, *(args or [])]
+        if not args and " " in command:
+            argv = ["/bin/sh", "-c", command]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=str(workdir),
+            env=merged,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._next_terminal += 1
+        tid = f"term-{self._next_terminal}"
+        term = _Terminal(proc, output_byte_limit or TERMINAL_OUTPUT_LIMIT)
+        term.reader = asyncio.create_task(self._pump(term), name=f"terminal-{tid}")
+        self._terminals[tid] = term
+        return CreateTerminalResponse(terminal_id=tid)
+
+    async def _pump(self, term: _Terminal) -> None:
+        assert term.proc.stdout is not None
+        while chunk := await term.proc.stdout.read(65536):
+            term.output += chunk
+            if len(term.output) > term.limit:
+                del term.output[: len(term.output) - term.limit]
+                term.truncated = True
+
+    def _term(self, terminal_id: str) -> _Terminal:
+        term = self._terminals.get(terminal_id)
+        if term is None:
+            raise RequestError.invalid_params({"terminalId": terminal_id, "reason": "unknown terminal"})
+        return term
+
+    @staticmethod
+    def _exit(term: _Terminal) -> TerminalExitStatus | None:
+        rc = term.proc.returncode
+        if rc is None:
+            return None
+        if rc < 0:
+            return TerminalExitStatus(signal=signal.Signals(-rc).name)
+        return TerminalExitStatus(exit_code=rc)
+
+    async def terminal_output(self, session_id, terminal_id, **kwargs):
+        term = self._term(terminal_id)
+        return TerminalOutputResponse(
+            output=term.output.decode("utf-8", "replace"), truncated=term.truncated, exit_status=self._exit(term)
+        )
+
+    async def wait_for_terminal_exit(self, session_id, terminal_id, **kwargs):
+        term = self._term(terminal_id)
+        await term.proc.wait()
+        if term.reader:
+            await term.reader
+        st = self._exit(term)
+        return WaitForTerminalExitResponse(exit_code=st.exit_code, signal=st.signal)
+
+    async def kill_terminal(self, session_id, terminal_id, **kwargs):
+        term = self._term(terminal_id)
+        kill_group(term.proc, signal.SIGKILL)
+        return KillTerminalResponse()
+
+    async def release_terminal(self, session_id, terminal_id, **kwargs):
+        term = self._terminals.pop(terminal_id, None)
+        if term is not None and term.proc.returncode is None:
+            kill_group(term.proc, signal.SIGKILL)
+        return ReleaseTerminalResponse()
+
+    async def close_terminals(self) -> None:
+        for tid in list(self._terminals):
+            await self.release_terminal("", tid)
+
+    # -- everything else -------------------------------------------------------------
+    async def ext_method(self, method, params):
+        raise RequestError.method_not_found(method)
+
+    async def ext_notification(self, method, params):
+        return None
+
+    def on_connect(self, conn) -> None:
+        pass
+
+

@@ -1,0 +1,43 @@
+"""The board's limits (sizes, visibility, grep bounds) and the compact code of each entry type.
+
+The limits are a pydantic model: they cross to the board actor in its constructor and land in a
+run's config. The type codes are what the columnar store keeps per entry (one byte each).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agensh_ray.models import EntryType
+
+TYPES: tuple[EntryType, ...] = tuple(EntryType)
+"""Entry types by code (the store keeps one byte per entry)."""
+TYPE_CODE: dict[str, int] = {t.value: i for i, t in enumerate(TYPES)}
+VALID_TYPES = ", ".join(t.value for t in TYPES)
+"""The types as a refusal names them."""
+CLAIM_CODE = TYPE_CODE[EntryType.CLAIM.value]
+CLAIM_BYTE = bytes([CLAIM_CODE])
+
+
+def _default_text_max() -> dict[str, int]:
+    return {"OBSERVED": 100, "FACT": 100, "FAIL": 100, "CLAIM": 100, "PATCH_SUMMARY": 300}
+
+
+class BoardLimits(BaseModel):
+    """Size and visibility limits of the board."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+    text_max: dict[str, int] = Field(default_factory=_default_text_max)
+    """Maximum length of `text`, in characters, per entry type."""
+    detail_max: int = 8000
+    """Maximum length of `detail`, in characters (any type)."""
+    recent_limit: int = 2000
+    """Most entries `recent()` returns (the newest ones)."""
+    claim_ttl_s: float = 3600
+    """CLAIMs older than this (board clock seconds) are hidden from `recent()`; grep still finds them."""
+    grep_limit_max: int = 500
+    """Upper bound for `grep(limit=...)`."""
+    grep_budget_s: float = 3.0
+    """Wall seconds one grep may take in the BoardActor before it is stopped with an error that says
+    how far it got (a pattern without a literal word scans the whole history with the regex)."""

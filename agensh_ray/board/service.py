@@ -1,0 +1,281 @@
+"""`BoardService`: one `Board` served to many concurrent callers on an asyncio event loop. The board
+actor is this class under `ray.remote` (`agensh_ray.actors.board`); tests drive it directly.
+
+Writes go through a group-commit loop: calls that arrive while an fsync is in flight are queued and
+written together with the next single write + fsync, which runs in a thread so readers are not
+blocked. An entry becomes visible to readers (recent/since/wait_since/grep/unfold) only after its
+batch is durable, and seqs are assigned in commit order. The `board` trace rows of the committed
+entries are written while the next fsync runs.
+
+Reads answer from memory; `wait_since_rows` is a long poll woken by the next commit; a long grep runs
+in slices of a few milliseconds on the event loop, so writes go on meanwhile, and is stopped after
+`grep_budget_s` with a refusal that says how far it got.
+
+Every method is async and returns `BoardError` instead of raising it: a refusal crosses a process
+boundary as a value, and the client (`agensh_ray.board.client`) raises it again with the board's
+own message, not a wrapped traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agensh_ray.board.limits import BoardLimits
+from agensh_ray.board.store import Board
+from agensh_ray.errors import BoardError
+from agensh_ray.models import BoardEntry
+from agensh_ray.trace import BoardRow, TraceWriter
+from agensh_ray.wire import RecentDelta, Row
+
+_BOARD_TRACE_FIELDS = {"ts", "worker_id", "event_id", "seq", "type", "text", "has_detail"}
+"""What `BoardService._trace_backlog` writes: every BoardRow column but run_id and schema_version (the
+trace writer fills those in). Checked at import, so the row model and this path cannot drift apart."""
+assert _BOARD_TRACE_FIELDS | {"run_id", "schema_version"} == set(BoardRow.model_fields), (
+    "BoardService._trace_backlog must write BoardRow's columns"
+)
+
+GREP_SLICE_S = 0.004
+"""A long grep yields the event loop this often (seconds), so a write waits at most about this long."""
+
+
+class BoardService:
+    """Owns a `Board`; every method is async and returns BoardError instead of raising it.
+
+    In a run it is the board actor (`get_or_create_board`: named, detached, restarted on death; the
+    constructor reloads the log). `clock` is the board's clock (entry stamps, CLAIM expiry)."""
+
+    def __init__(
+        self,
+        log_path: str,
+        limits: BoardLimits | None = None,
+        time_scale: float = 1.0,
+        start_time: float | None = None,
+        run_dir: str | None = None,
+        run_id: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._trace = TraceWriter(run_dir, "board", run_id) if run_dir else None
+        # Entry timestamps stay real UTC (the trace joins tables on them); time_scale compresses the
+        # schedule constant instead: a claim TTL of 1 schedule hour lasts 1/time_scale wall hours.
+        # (start_time is kept for callers; the clock no longer needs it.)
+        limits = limits or BoardLimits()
+        scale = float(time_scale)
+        if scale != 1.0:
+            limits = limits.model_copy(update={"claim_ttl_s": limits.claim_ttl_s / scale})
+        self.board = Board(Path(log_path), limits, clock)
+        self._gc_ms: deque[tuple[int, float]] = deque(maxlen=1000)
+        """(generation, pause ms) of this process's latest garbage collections, for `info`."""
+        self._gc_t0 = 0.0
+        gc.callbacks.append(self._on_gc)
+        self._queue: list[tuple[list[Any], asyncio.Future[list[Any]], bool]] = []
+        """Write calls waiting for the next commit: (entries, answer, compact answer wanted)."""
+        self._flusher: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None
+        self._commits = 0
+        self._written = 0
+        self._write_ms: deque[float] = deque(maxlen=10_000)
+        """Inside-the-service latency of the latest write calls (queue + fsync), for `info`."""
+        self._untraced: list[Row] = []
+        """Committed entries whose `board` trace rows are not written yet (written during the next fsync)."""
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+        else:
+            self._gc_ms.append((info["generation"], (time.perf_counter() - self._gc_t0) * 1000))
+
+    # ------------------------------------------------------------ writes (group commit)
+
+    def _event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def _notify(self) -> None:
+        ev = self._event()
+        self._changed = asyncio.Event()
+        ev.set()
+
+    async def write_acks(self, entries: list[Any]) -> list[Any]:
+        """The write path: entries as `EntryFields` tuples; answers in the compact form
+        (`agensh_ray.wire.entries_from_acks` makes the models on the writer's side)."""
+        return await self._submit(entries, compact=True)
+
+    async def _submit(self, entries: list[Any], compact: bool) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[Any]] = loop.create_future()
+        t0 = loop.time()
+        self._queue.append((entries, fut, compact))
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush_loop())
+        res = await asyncio.shield(fut)
+        self._write_ms.append((loop.time() - t0) * 1000)
+        return res
+
+    async def write_batch(self, entries: list[Any]) -> list[BoardEntry | BoardError]:
+        return [r if isinstance(r, BoardError) else r.entry() for r in await self._submit(list(entries), False)]
+
+    async def write(self, entry: Any) -> BoardEntry | BoardError:
+        (res,) = await self.write_batch([entry])
+        return res
+
+    async def _flush_loop(self) -> None:
+        board = self.board
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                flat = [e for entries, _, _ in batch for e in entries]
+                try:
+                    pb = board.prepare_batch(flat)
+                    if pb.data:
+                        io = asyncio.ensure_future(asyncio.to_thread(board.commit_io, pb))
+                        self._trace_backlog()  # the previous batches' trace rows, while the fsync runs
+                        try:
+                            await io
+                        except BaseException:
+                            board.abort(pb)
+                            raise
+                        self._commits += 1
+                        self._written += len(pb.new)
+                    results = board.apply(pb)
+                except Exception as exc:  # IO failure: every caller of this batch gets it
+                    for _, fut, _ in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                k = 0
+                for entries, fut, compact in batch:
+                    if not fut.done():
+                        fut.set_result((pb.acks if compact else results)[k : k + len(entries)])
+                    k += len(entries)
+                if pb.new:
+                    self._notify()
+                    if self._trace is not None:
+                        self._untraced.extend(p.row for p in pb.new)
+            self._trace_backlog()
+        finally:
+            self._flusher = None
+
+    def _trace_backlog(self) -> None:
+        rows, self._untraced = self._untraced, []
+        if not rows:
+            return
+        write = self._trace.write_fields  # type: ignore[union-attr]
+        for r in rows:  # BoardRow's fields, from entries the board has validated
+            write("board", {"ts": r.ts, "worker_id": r.worker_id, "event_id": f"board:{r.seq}", "seq": r.seq,
+                            "type": r.type, "text": r.text, "has_detail": r.has_detail})
+
+    # ------------------------------------------------------------ reads
+
+    async def recent(self, limit: int | None = None) -> list[BoardEntry]:
+        return self.board.recent(limit)
+
+    async def since(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
+        return self.board.since(cursor, limit)
+
+    async def since_rows(self, cursor: int, limit: int = 1000) -> list[Row]:
+        return self.board.since_rows(cursor, limit)
+
+    async def wait_since(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[BoardEntry]:
+        return [r.entry() for r in await self.wait_since_rows(cursor, timeout_s, limit)]
+
+    async def wait_since_rows(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[Row]:
+        """Entries with seq > cursor as soon as there are any, or [] after timeout_s."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, float(timeout_s))
+        while self.board.last_seq <= cursor:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            try:
+                await asyncio.wait_for(self._event().wait(), remaining)
+            except asyncio.TimeoutError:
+                return []
+        return self.board.since_rows(cursor, limit)
+
+    async def recent_delta(self, have_lo: int, have_hi: int) -> RecentDelta:
+        return self.board.recent_delta(have_lo, have_hi)
+
+    async def grep(
+        self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
+    ) -> list[BoardEntry] | BoardError:
+        """Runs in slices of about GREP_SLICE_S on the event loop, so writes and reads go on during a
+        long search; stopped after `grep_budget_s`."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        budget = self.board.limits.grep_budget_s
+        slice_end = t0 + GREP_SLICE_S
+        try:
+            steps = self.board.grep_steps(pattern, regex=regex, limit=limit, type=type)
+            while True:
+                try:
+                    searched = next(steps)
+                except StopIteration as done:
+                    return done.value
+                now = loop.time()
+                if now - t0 > budget:
+                    total = len(self.board)
+                    return BoardError(
+                        f"grep {pattern!r} stopped after {budget:g} s having searched the newest {searched:,} of "
+                        f"{total:,} entries; a pattern with a plain word in it (or regex=false) searches an index "
+                        "and is fast"
+                    )
+                if now >= slice_end:
+                    await asyncio.sleep(0)
+                    slice_end = loop.time() + GREP_SLICE_S
+        except BoardError as exc:
+            return exc
+
+    async def unfold(self, seq: int) -> BoardEntry | BoardError:
+        try:
+            return self.board.unfold(seq)
+        except BoardError as exc:
+            return exc
+
+    async def last_seq(self) -> int:
+        return self.board.last_seq
+
+    async def cursor_at(self, ts: int) -> int:
+        return self.board.cursor_at(ts)
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    async def close(self) -> None:
+        """Flush the trace (end of run) and stop counting garbage collections."""
+        if self._trace is not None:
+            self._trace_backlog()
+            self._trace.close()
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    async def info(self) -> dict[str, Any]:
+        """Where the log is, how big the board is, and group-commit counters since this process started."""
+        board = self.board
+        return {
+            "log_path": str(board.log_path),
+            "entries": len(board),
+            "last_seq": board.last_seq,
+            "last_ts": board.last_ts,
+            "claim_ttl_s": board.limits.claim_ttl_s,
+            "pid": os.getpid(),
+            "commits": self._commits,
+            "entries_committed": self._written,
+            "write_ms_p50": _pct(self._write_ms, 0.5),
+            "write_ms_p99": _pct(self._write_ms, 0.99),
+            "gc_pauses": len(self._gc_ms),
+            "gc_pause_max_ms": round(max((ms for _, ms in self._gc_ms), default=0.0), 2),
+            "gc_gen2_pauses": sum(1 for g, _ in self._gc_ms if g == 2),
+        }
+
+
+def _pct(xs: Any, q: float) -> float | None:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 2) if xs else None

@@ -1,0 +1,314 @@
+"""One prompt turn of the sim agent: the five-step loop of prompts/worker.md
+until nothing is left to claim.
+
+gather (board, messages, main) -> claim (settle collisions by DM: the earlier
+claim wins, the later one backs off) -> act (write the oracle's module, maybe
+with its planted bug, through the client's fs/write_text_file) -> verify (the
+task's visible checks; FAIL then fix) -> merge (PR; on conflict merge main,
+resolve, push, retry) -> PATCH_SUMMARY. The board is read through the same
+text the tools give a real agent (agensh_ray.render), parsed with the regexes
+below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from typing import TYPE_CHECKING
+
+import acp
+
+if TYPE_CHECKING:
+    from agensh_ray.sim.agent import SimAgent, SimSession
+
+WORKER_RE = re.compile(r"worker id:\s*(w\d+)", re.I)
+CLAIM_RE = re.compile(r"^#(\d+) CLAIM (w\d+): claim ([\w-]+)", re.M)
+SUMMARY_RE = re.compile(r"^#\d+ PATCH_SUMMARY (w\d+): ([\w-]+):", re.M)
+RELEASE_RE = re.compile(r"^#\d+ FAIL (w\d+): release ([\w-]+)", re.M)
+CONFLICT_RE = re.compile(r"conflicts with main in \d+ file\(s\): (.+?)\.\s", re.S)
+PR_RE = re.compile(r"PR #(\d+)")
+
+
+class Cancelled(Exception):
+    """The client cancelled the turn (session/cancel)."""
+
+
+class Turn:
+    """One prompt turn of one session: the five-step loop until nothing is left."""
+
+    def __init__(self, agent: SimAgent, s: SimSession):
+        self.agent = agent
+        self.s = s
+        self.task = agent.task
+        self.cfg = agent.settings
+        self.rng = s.rng
+
+    # -- plumbing ------------------------------------------------------------------
+    async def say(self, text: str) -> None:
+        await self.agent.conn.session_update(self.s.session_id, acp.update_agent_message_text(text + "\n"))
+
+    async def think(self) -> None:
+        if self.s.cancelled:
+            raise Cancelled()
+        if self.cfg.think_s > 0:
+            await asyncio.sleep(self.cfg.think_s * (0.5 + self.rng.random()))
+        if self.s.cancelled:
+            raise Cancelled()
+
+    async def _report(self, title: str, kind: str, status: str, call_id: str) -> None:
+        if status == "in_progress":
+            upd = acp.start_tool_call(call_id, title, kind=kind, status="in_progress")
+        else:
+            upd = acp.update_tool_call(call_id, status=status)
+        await self.agent.conn.session_update(self.s.session_id, upd)
+
+    def _call_id(self) -> str:
+        self.s.tool_seq += 1
+        return f"sim-{self.s.tool_seq}"
+
+    async def tool(self, name: str, **args) -> str:
+        """Call one of the infra tools over MCP; reports the call over ACP like a real agent."""
+        cid = self._call_id()
+        await self._report(f"agensh/{name}", "other", "in_progress", cid)
+        res = await self.s.mcp.call_tool(name, args)
+        text = "".join(getattr(c, "text", "") for c in res.content)
+        failed = res.is_error or text.startswith("ERROR:")
+        await self._report(f"agensh/{name}", "other", "failed" if failed else "completed", cid)
+        self.agent._note_events(self.s, text)
+        return text
+
+    async def sh(self, *argv: str, check: bool = True) -> tuple[int, str]:
+        """Run a command in the workdir with the agent's own shell (as Copilot CLI does)."""
+        cid = self._call_id()
+        await self._report(" ".join(argv)[:120], "execute", "in_progress", cid)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=str(self.s.cwd), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env=self.s.env,
+        )
+        out, _ = await proc.communicate()
+        text = out.decode("utf-8", "replace")
+        ok = proc.returncode == 0
+        await self._report(" ".join(argv)[:120], "execute", "completed" if ok else "failed", cid)
+        if check and not ok:
+            raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {text[-800:]}")
+        return proc.returncode, text
+
+    async def write(self, rel: str, content: str) -> None:
+        """Edit a file through the client's fs/write_text_file (as Claude Code does)."""
+        cid = self._call_id()
+        await self._report(f"write {rel}", "edit", "in_progress", cid)
+        await self.agent.conn.write_text_file(content=content, path=str(self.s.cwd / rel), session_id=self.s.session_id)
+        await self._report(f"write {rel}", "edit", "completed", cid)
+
+    async def read(self, rel: str) -> str:
+        resp = await self.agent.conn.read_text_file(path=str(self.s.cwd / rel), session_id=self.s.session_id)
+        return resp.content
+
+    # -- the loop --------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            feature = await self.gather_and_claim()
+            if feature is None:
+                await self.say("Nothing left to claim: every feature is merged or claimed by a peer.")
+                if not self.s.announced:
+                    self.s.announced = True
+                    if self.rng.random() < self.cfg.config.verify_main_rate:
+                        await self.check_main()
+                return
+            try:
+                await self.build(feature)
+            except (Cancelled, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # a failed step releases the claim instead of ending the turn
+                self.s.lost.add(feature)
+                await self.tool("board_write", type="FAIL", text=f"release {feature}: {type(exc).__name__}"[:100],
+                                detail=str(exc)[:4000])
+
+    def _merged_on_main(self, registry_text: str) -> set[str]:
+        return {f.name for f in self.task.features() if f.registry_line.strip() in registry_text}
+
+    async def fetch_main(self) -> set[str]:
+        """Fetch and return the features already registered on main."""
+        await self.sh("git", "fetch", "-q", "origin")
+        _, registry = await self.sh("git", "show", f"origin/main:{self.task.registry_path}")
+        merged = self._merged_on_main(registry)
+        self.s.merged_seen |= merged
+        return merged
+
+    async def gather_and_claim(self) -> str | None:
+        """Gather from the board (what is merged, what is claimed), then claim one free feature.
+
+        Merged features are known from PATCH_SUMMARY entries; git is only touched to build."""
+        await self.think()
+        board = await self.tool("board_read", limit=2000)
+        done = {f for _, f in SUMMARY_RE.findall(board)} | self.s.merged_seen
+        claims = self._active_claims(board)
+        if self.s.wind_down:
+            await self.say("Wind-down: no new features.")
+            return None
+        # My own unfinished claims first (after a restart), then unclaimed features.
+        names = [f.name for f in self.task.features()]
+        mine = [
+            n for n in names if claims.get(n, (0, ""))[1] == self.s.worker and n not in done and n not in self.s.lost
+        ]
+        free = [n for n in names if n not in done and n not in claims and n not in self.s.lost]
+        if mine:
+            return mine[0]
+        if not free:
+            return None
+        feature = self.rng.choice(free)
+        await self.think()
+        entry = await self.tool(
+            "board_write",
+            type="CLAIM",
+            text=f"claim {feature}: textkit/commands/{feature}.py + registry line",
+        )
+        my_seq = int(re.search(r"#(\d+)", entry).group(1))
+        # Settle a collision: the earliest claim wins, later claimants back off and say so by DM.
+        same = await self.tool("board_grep", pattern=f"claim {feature}:", regex=False, limit=100)
+        rivals = [(seq, w) for seq, w, f in self._claims(same) if f == feature and w != self.s.worker]
+        earlier = [(seq, w) for seq, w in rivals if seq < my_seq]
+        if earlier:
+            seq, winner = min(earlier)
+            self.s.lost.add(feature)
+            await self.tool(
+                "send_dm",
+                to=winner,
+                text=f"{self.s.worker} here: we both claimed {feature}; yours (#{seq}) came first, I back off.",
+            )
+            await self.tool("board_write", type="FAIL", text=f"release {feature}: {winner} claimed it first")
+            return await self.gather_and_claim()
+        return feature
+
+    def _claims(self, board: str) -> list[tuple[int, str, str]]:
+        return [(int(seq), w, f) for seq, w, f in CLAIM_RE.findall(board)]
+
+    def _active_claims(self, board: str) -> dict[str, tuple[int, str]]:
+        """feature -> (seq, worker) of the earliest claim not released or summarised by its claimant."""
+        released = {(w, f) for w, f in RELEASE_RE.findall(board)}
+        summarised = set(SUMMARY_RE.findall(board))
+        out: dict[str, tuple[int, str]] = {}
+        for seq, w, f in self._claims(board):
+            if (w, f) in released or (w, f) in summarised:
+                continue
+            if f not in out or seq < out[f][0]:
+                out[f] = (seq, w)
+        return out
+
+    async def build(self, feature: str) -> None:
+        f = next(x for x in self.task.features() if x.name == feature)
+        branch = f"{self.s.worker}/{feature}"
+        if feature in await self.fetch_main():
+            await self.tool("board_write", type="FAIL", text=f"release {feature}: already on main")
+            self.s.lost.add(feature)
+            return
+        await self.say(f"Building {feature} on {branch}.")
+        await self.sh("git", "checkout", "-q", "-B", branch, "origin/main")
+        await self.think()
+        if self.rng.random() < self.cfg.config.observe_rate:
+            await self.tool(
+                "board_write",
+                type="OBSERVED",
+                text=f"{feature}: reference output checked on the sample inputs before coding",
+            )
+        code = self.task.oracle_module(feature)
+        buggy = self.rng.random() < self.cfg.config.bug_rate
+        if buggy:
+            find, replace = self.task.oracle_bug(feature)
+            code = code.replace(find, replace, 1)
+        await self.write(f.module, code)
+        await self.add_registry_line(f.registry_line)
+        await self.think()
+        rc, out = await self.sh(sys.executable, "checks/check.py", feature, check=False)
+        if rc != 0:
+            reason = out.strip().splitlines()[-1] if out.strip() else "check failed"
+            await self.tool("board_write", type="FAIL", text=f"{feature}: first attempt failed its check"[:100],
+                            detail=reason[:2000])
+            await self.think()
+            await self.write(f.module, self.task.oracle_module(feature))
+            rc, out = await self.sh(sys.executable, "checks/check.py", feature, check=False)
+            if rc != 0:
+                await self.tool("board_write", type="FAIL", text=f"release {feature}: still failing, giving up",
+                                detail=out[-2000:])
+                self.s.lost.add(feature)
+                return
+        await self.tool("board_write", type="FACT", text=f"{feature}: matches the reference on the visible checks")
+        await self.sh("git", "add", "-A")
+        await self.sh("git", "commit", "-q", "-m", f"Add {feature}")
+        # The branch is this worker's own: a rebuilt branch replaces an abandoned attempt.
+        await self.sh("git", "push", "-q", "-f", "-u", "origin", f"HEAD:refs/heads/{branch}")
+        opened = await self.tool(
+            "pr_create", head=branch, title=f"Add {feature}", body=f"Implements `{feature}`; checks pass."
+        )
+        m = PR_RE.search(opened)
+        if not m:
+            await self.tool("board_write", type="FAIL", text=f"release {feature}: could not open a PR", detail=opened)
+            self.s.lost.add(feature)
+            return
+        number = int(m.group(1))
+        if await self.merge(number, branch, feature):
+            self.s.mine.add(feature)
+            await self.tool(
+                "board_write",
+                type="PATCH_SUMMARY",
+                text=f"{feature}: added textkit/commands/{feature}.py and its registry line; PR #{number} merged",
+            )
+
+    async def check_main(self) -> None:
+        """Verify main end to end once nothing is left to claim, and say so on the channel."""
+        await self.sh("git", "fetch", "-q", "origin")
+        await self.sh("git", "checkout", "-q", "--detach", "origin/main")
+        _, sha = await self.sh("git", "rev-parse", "--short", "HEAD")
+        rc, out = await self.sh(sys.executable, "checks/check.py", check=False)
+        failed = [l for l in out.splitlines() if l.startswith("FAIL")]
+        if rc == 0:
+            await self.tool("channel_post", text=f"{self.s.worker}: nothing left to claim; main {sha.strip()} "
+                                                 "passes every visible check")
+        else:
+            await self.tool("board_write", type="FAIL", text=f"main {sha.strip()} fails {len(failed)} check(s)",
+                            detail="\n".join(failed)[:4000])
+
+    async def add_registry_line(self, line: str) -> None:
+        path = self.task.registry_path
+        text = await self.read(path)
+        lines = text.splitlines(keepends=True)
+        close = max(i for i, l in enumerate(lines) if l.strip() == "}")
+        lines.insert(close, line.rstrip("\n") + "\n")
+        await self.write(path, "".join(lines))
+
+    async def merge(self, number: int, branch: str, feature: str, attempts: int = 12) -> bool:
+        await self.think()
+        for _ in range(attempts):
+            res = await self.tool("pr_merge", number=number)
+            if res.startswith("merged:"):
+                return True
+            if "conflict" not in res:
+                await self.tool("board_write", type="FAIL", text=f"release {feature}: merge of PR #{number} failed",
+                                detail=res[:2000])
+                self.s.lost.add(feature)
+                return False
+            # Merge main into the branch, resolve, re-check what the conflict touched, push, merge again.
+            await self.think()
+            await self.sh("git", "fetch", "-q", "origin")
+            rc, out = await self.sh("git", "merge", "--no-edit", "origin/main", check=False)
+            if rc != 0:
+                files = await self.resolve_conflicts()
+                await self.sh("git", "commit", "-q", "--no-edit")
+                if any(f != self.task.registry_path for f in files):
+                    await self.sh(sys.executable, "checks/check.py", feature)
+            await self.sh("git", "push", "-q", "origin", f"HEAD:refs/heads/{branch}")
+        await self.tool("board_write", type="FAIL", text=f"release {feature}: PR #{number} kept conflicting")
+        self.s.lost.add(feature)
+        return False
+
+    async def resolve_conflicts(self) -> list[str]:
+        """Keep both sides of every conflict (each feature adds its own registry line)."""
+        _, out = await self.sh("git", "diff", "--name-only", "--diff-filter=U")
+        files = out.split()
+        for rel in files:
+            text = await self.read(rel)
+            kept = [l for l in text.splitlines(keepends=True) if not l.startswith(("<<<<<<<", "=======", ">>>>>>>"))]
+            await self.write(rel, "".join(kept))
+            await self.sh("git", "add", rel)
+        return files

@@ -1,0 +1,266 @@
+"""The run trace's tables: one pydantic row model per table, and the Arrow schema of each
+derived from it.
+
+The models are the single documentation of the trace's columns: docs/trace.md and the table views
+of analysis/views.sql are generated from them (tests fail when those drift), and every writer
+(agensh_ray.trace.writer) types its Parquet files with the schemas below.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
+
+from agensh_ray.models import now_us
+
+SCHEMA_VERSION = 2
+"""1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there)."""
+
+
+class TraceRow(BaseModel):
+    """Columns every table has."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings document the trace (docs/trace.md)
+
+    run_id: str = ""
+    """The run this row belongs to (filled in by the writer)."""
+    ts: int = Field(default_factory=now_us)
+    """When it happened, UTC microseconds (stored as timestamp[us, UTC])."""
+    worker_id: str | None = None
+    """The worker concerned, if any."""
+    event_id: str = ""
+    """Idempotent id of the event this row records (e.g. board:17, chat:4)."""
+    schema_version: int = SCHEMA_VERSION
+    """Version of this trace schema."""
+
+
+class BoardRow(TraceRow):
+    """One row per board entry, written by the BoardActor once the entry is durable."""
+
+    seq: int
+    """Board sequence number."""
+    type: str
+    """OBSERVED | FACT | FAIL | CLAIM | PATCH_SUMMARY."""
+    text: str
+    """The entry's text (CLAIM <= 100 chars, PATCH_SUMMARY <= 300)."""
+    has_detail: bool = False
+    """Whether the entry carries a longer detail (read with board_unfold)."""
+
+
+class MessageRow(TraceRow):
+    """One row per chat message (DM or task-channel post), written by the chat actor."""
+
+    seq: int
+    """Chat sequence number."""
+    kind: str
+    """dm | channel."""
+    sender: str
+    """Worker who sent it."""
+    recipient: str | None = None
+    """The DM's recipient; null for channel posts."""
+    text: str
+    """The message text."""
+
+
+class ForgeRow(TraceRow):
+    """One row per forge event, in forge order; `worker_id` is the actor (pusher, reviewer, merger, ...)."""
+
+    seq: int
+    """Forge event sequence number."""
+    kind: str
+    """push | pr_opened | pr_reviewed | pr_commented | pr_merged | pr_closed | merge_conflict | push_rejected."""
+    pr: int | None = None
+    """The pull request concerned; null for pushes to a branch with no PR."""
+    pr_author: str | None = None
+    """Who opened that PR (so a peer merge is kind = 'pr_merged' AND worker_id <> pr_author)."""
+    ref: str | None = None
+    """Branch (or full ref for pushes) concerned."""
+    detail: str = ""
+    """Human-readable detail: PR title, review verdict and body, comment, "conflicting files: a, b", ..."""
+    verdict: str | None = None
+    """pr_reviewed only: approve | comment | request_changes (schema 2; older rows: parse `detail`)."""
+
+
+class TurnRow(TraceRow):
+    """Two rows per agent turn (phase start and phase end), written by the worker's host."""
+
+    turn: int
+    """Turn number within the worker's life (1-based)."""
+    phase: str
+    """start | end."""
+    trigger: str = ""
+    """What started the turn: first | events | nudge | share_findings | wind_down | handoff."""
+    stop_reason: str | None = None
+    """ACP stop reason on end (end_turn, max_tokens, cancelled, refusal, ...) or error."""
+    duration_ms: float | None = None
+    """Turn length (end rows only)."""
+
+
+class ToolCallRow(TraceRow):
+    """One row per tool call: our infra tools (MCP) and the agent's own tools (as the agent reports them)."""
+
+    tool: str
+    """Tool name (infra tools over MCP) or the agent's own tool title."""
+    source: str
+    """mcp: one of our infra tools; agent: reported by the agent over ACP session/update."""
+    tool_call_id: str = ""
+    """The agent's id for the call (agent source), or "" ."""
+    duration_ms: float | None = None
+    """How long the call took, if known."""
+    ok: bool = True
+    """False if the call failed."""
+    error: str | None = None
+    """The error, if it failed."""
+    turn: int | None = None
+    """The worker's turn during which it ran."""
+
+
+class UsageRow(TraceRow):
+    """Token usage as the agent reports it (the sim agent reports none, so sim runs leave this table empty)."""
+
+    turn: int
+    """The worker's turn it belongs to."""
+    input_tokens: int = 0
+    """Input (prompt) tokens."""
+    output_tokens: int = 0
+    """Output (completion) tokens."""
+    cost_usd: float = 0.0
+    """Cost the agent reported, 0 if it reports none (analysis prices tokens with analysis/prices.csv)."""
+
+
+class DeliveryRow(TraceRow):
+    """One row per event delivered to a worker (the worker_id): board entries, DMs, nudges, ..."""
+
+    kind: str
+    """board | dm | channel | forge | nudge | share_findings | wind_down | summary."""
+    priority: str
+    """high (mid-turn) | low (next turn start)."""
+    via: str
+    """mid_turn (appended to a tool result) | turn_start (in the next prompt)."""
+    enqueue_ts: int
+    """When the router queued it (UTC microseconds)."""
+    latency_ms: float
+    """Delivery time minus enqueue time."""
+
+
+class ScoreRow(TraceRow):
+    """One row per scoring of main against the hidden tests, written by the driver."""
+
+    checkpoint: str
+    """periodic | final."""
+    commit: str = ""
+    """The main commit that was scored."""
+    passed: int
+    """Hidden tests passed."""
+    total: int
+    """Hidden tests run."""
+    pass_rate: float
+    """passed / total."""
+
+
+class LifecycleRow(TraceRow):
+    """One row per change in a worker's life (its agent process started, stopped, crashed, ...)."""
+
+    event: str
+    """started | stopped | crashed | restarted | gave_up."""
+    detail: str = ""
+    """Why, or the harness used."""
+    host: str = ""
+    """The host (WorkerActor) running it."""
+    pid: int | None = None
+    """The agent process id."""
+
+
+class PrChangeRow(TraceRow):
+    """The lines a PR changes, snapshotted by the forge actor when the PR is opened, merged or closed.
+
+    One row per change block of the PR's diff (a run of removed and/or added lines, without
+    context, as `git diff -U0` would show it); a file changed with no text hunk (binary, mode or
+    rename only) gets one row with null line numbers. `worker_id` is the actor of the snapshot event.
+    """
+
+    pr: int
+    """The pull request."""
+    pr_author: str | None = None
+    """Who opened it."""
+    snapshot: str
+    """The forge event that took the snapshot: pr_opened | pr_merged | pr_closed (event_id is that event's)."""
+    path: str
+    """File path (after the change; the old path for a deletion)."""
+    status: str
+    """What happened to the file: added | modified | deleted | renamed."""
+    old_start: int | None = None
+    """First old-side line the block removes; for a pure insertion, the old line it follows (0 = top)."""
+    old_lines: int | None = None
+    """Old-side lines removed (0 = pure insertion)."""
+    new_start: int | None = None
+    """First new-side line the block adds; for a pure deletion, the new line it follows."""
+    new_lines: int | None = None
+    """New-side lines added (0 = pure deletion)."""
+    function: str = ""
+    """The hunk's section heading from git (the enclosing function or class, by git's funcname rules), or ""."""
+
+
+class IntakeRow(TraceRow):
+    """A webhook the router intake refused (bad or missing signature, body too large); nothing else is done
+    with it. Written by the forge actor, which hosts the intake (services/intake.py)."""
+
+    source: str
+    """The sender's address."""
+    reason: str
+    """Why it was refused."""
+    delivery: str | None = None
+    """The X-Gitea-Delivery id the request claimed, if any."""
+
+
+TABLES: dict[str, type[TraceRow]] = {
+    "board": BoardRow,
+    "messages": MessageRow,
+    "forge": ForgeRow,
+    "turns": TurnRow,
+    "tool_calls": ToolCallRow,
+    "usage": UsageRow,
+    "deliveries": DeliveryRow,
+    "scores": ScoreRow,
+    "lifecycle": LifecycleRow,
+    "pr_changes": PrChangeRow,
+    "intake": IntakeRow,
+}
+
+_ARROW = {int: pa.int64(), str: pa.string(), float: pa.float64(), bool: pa.bool_()}
+_TS_COLUMNS = {"ts", "enqueue_ts"}
+
+
+def arrow_schema(model: type[TraceRow]) -> pa.Schema:
+    """The Parquet schema of a table, derived from its row model."""
+    fields = []
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        nullable = False
+        if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union:
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            nullable = True
+            ann = args[0]
+        typ = pa.timestamp("us", tz="UTC") if name in _TS_COLUMNS else _ARROW[ann]
+        fields.append(pa.field(name, typ, nullable=nullable))
+    return pa.schema(fields)
+
+
+SCHEMAS = {table: arrow_schema(model) for table, model in TABLES.items()}
+
+
+def write_schema_files(run_dir: str | Path) -> None:
+    """An empty `trace/<table>/_schema.parquet` per table: the DuckDB CLI's views
+    (analysis/views.sql) need at least one file per table, and a run may never write
+    some tables (the sim reports no usage). Call once when the run starts."""
+    for table, schema in SCHEMAS.items():
+        folder = Path(run_dir) / "trace" / table
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "_schema.parquet").exists():
+            pq.write_table(schema.empty_table(), folder / ".schema.tmp")
+            (folder / ".schema.tmp").rename(folder / "_schema.parquet")

@@ -1,0 +1,119 @@
+"""The tools backend: what the MCP tool server (tools.py) calls, per worker, to
+reach the shared services (`agensh_ray.seams.Infra`).
+
+Every service refusal (board, chat, forge, merge conflict) becomes a
+`ToolFailure` whose message the model reads as the tool result; urgent events
+queued for the caller ride along on every result (`pending_urgent`), which is
+how a DM or a new board entry reaches an agent mid-turn.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+from agensh_ray.errors import AGENT_REFUSALS, ToolFailure
+from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
+from agensh_ray.render import render
+from agensh_ray.trace import ToolCallRow
+
+if TYPE_CHECKING:
+    from agensh_ray.worker.host import WorkerHost
+
+PR_STATES = ("open", "merged", "closed", "all")
+VERDICTS = ("approve", "comment", "request_changes")
+
+
+def _plain(exc: BaseException) -> str:
+    """The message of an exception that may have crossed a Ray boundary."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None:
+        return str(cause)
+    text = str(exc)
+    return text.splitlines()[-1] if "Traceback" in text else text
+
+
+class ToolsBackend:
+    """The `Infra` of one host: its workers' tool calls, answered through the host's services."""
+
+    def __init__(self, host: WorkerHost):
+        self.host = host
+        self.services = host.services
+
+    # -- the server's own needs ---------------------------------------------------------
+    def check_token(self, worker: str, token: str) -> bool:
+        w = self.host.workers.get(worker)
+        return w is not None and secrets.compare_digest(w.token, token)
+
+    def pending_urgent(self, worker: str) -> str:
+        taken = self.host.inbox.take(worker, urgent_only=True)
+        self.host.record_deliveries(taken, "mid_turn")
+        return render(taken, mid_turn=True)
+
+    def record_tool_call(self, worker: str, tool: str, duration_ms: float, ok: bool, error: str | None) -> None:
+        w = self.host.workers[worker]
+        self.host.trace.write(
+            ToolCallRow(worker_id=worker, tool=tool, source="mcp", duration_ms=duration_ms, ok=ok, error=error,
+                        turn=w.turn)
+        )
+
+    async def _call(self, coro):
+        """Turn service refusals into messages the model can act on."""
+        try:
+            return await coro
+        except AGENT_REFUSALS as exc:
+            raise ToolFailure(_plain(exc)) from None
+
+    # -- board ----------------------------------------------------------------------------
+    async def board_write(self, worker: str, type: str, text: str, detail: str | None) -> BoardEntry:
+        entry = await self._call(
+            self.services.board.awrite(BoardEntryIn(type=type, text=text, detail=detail, worker_id=worker))
+        )
+        self.host.workers[worker].board_writes += 1
+        return entry
+
+    async def board_read(self, worker: str, limit: int) -> list[BoardEntry]:
+        return await self._call(self.services.board.arecent(max(1, min(limit, 2000))))
+
+    async def board_unfold(self, worker: str, seq: int) -> BoardEntry:
+        return await self._call(self.services.board.aunfold(seq))
+
+    async def board_grep(self, worker: str, pattern: str, regex: bool, limit: int) -> list[BoardEntry]:
+        return await self._call(self.services.board.agrep(pattern, regex=regex, limit=limit))
+
+    # -- chat -----------------------------------------------------------------------------
+    async def send_dm(self, worker: str, to: str, text: str) -> ChatMessage:
+        return await self._call(self.services.chat.dm(worker, to, text))
+
+    async def channel_post(self, worker: str, text: str) -> ChatMessage:
+        return await self._call(self.services.chat.post(worker, text))
+
+    async def read_messages(self, worker: str, limit: int) -> list[ChatMessage]:
+        return await self._call(self.services.chat.history(worker, limit))
+
+    # -- forge ----------------------------------------------------------------------------
+    async def pr_create(self, worker: str, head: str, title: str, body: str) -> PullRequest:
+        return await self._call(self.services.forge.pr_create(worker, head, title, body))
+
+    async def pr_list(self, worker: str, state: str) -> list[PullRequest]:
+        if state not in PR_STATES:
+            raise ToolFailure(f"state must be open, merged, closed or all, not {state!r}")
+        return await self._call(self.services.forge.pr_list(state))
+
+    async def pr_view(self, worker: str, number: int) -> PullRequest:
+        return await self._call(self.services.forge.pr_view(number, True))
+
+    async def pr_review(self, worker: str, number: int, verdict: str, body: str) -> PullRequest:
+        if verdict not in VERDICTS:
+            raise ToolFailure(f"verdict must be approve, comment or request_changes, not {verdict!r}")
+        return await self._call(self.services.forge.pr_review(number, worker, verdict, body))
+
+    async def pr_comment(self, worker: str, number: int, body: str) -> PullRequest:
+        return await self._call(self.services.forge.pr_comment(number, worker, body))
+
+    async def pr_merge(self, worker: str, number: int) -> PullRequest:
+        return await self._call(self.services.forge.pr_merge(number, worker))
+
+    async def issue_view(self, worker: str, number: int) -> str:
+        issue = await self._call(self.services.forge.issue_view(number))
+        return f"Issue #{issue.number} [{issue.state}] {issue.title}\n\n{issue.body}"

@@ -1,0 +1,224 @@
+"""The worker host: the logic of a WorkerActor, as a plain class.
+
+A host runs K workers (1 in production; up to 64 to simulate scale on a small
+machine). Per host: one MCP tool server and its backend (backend.py), one
+inbox (the workers' queues and the per-source cursors that make delivery
+exactly-once under router replays), one trace writer, the clones of its
+workers (workdir.py), and one clock loop that asks each worker's `TurnClock`
+which of the host's own prompts are due (idle nudge, wind-down notices) and
+queues them. Per worker: its sealed HOME and clone, its agent session and the
+loop that takes its turns (turns.py).
+
+With the `sim` harness and several workers, one sim process serves all of the
+host's ACP sessions (agent/mux.py); every real CLI gets a process per worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from agensh_ray import prompts
+from agensh_ray.agent.harness import Harness, get_harness
+from agensh_ray.agent.mux import MuxSession, SharedAgent
+from agensh_ray.agent.session import ProcessSession
+from agensh_ray.config import RunConfig
+from agensh_ray.models import Delivery, now_us
+from agensh_ray.routing import HIGH, HostInbox, TurnClock
+from agensh_ray.seams import AgentSession
+from agensh_ray.tools import ToolServer
+from agensh_ray.trace import DeliveryRow, LifecycleRow, TraceWriter
+from agensh_ray.worker.backend import ToolsBackend
+from agensh_ray.worker.turns import TraceObserver, Worker
+from agensh_ray.worker.workdir import Workdirs, agent_env
+
+log = logging.getLogger(__name__)
+
+CLOCK_MAX_SLEEP_S = 1.0
+"""The clock loop looks at least this often (wall seconds), e.g. for workers launched since."""
+
+
+class WorkerHost:
+    """Hosts workers. `services` gives async access to the shared services (`agensh_ray.seams.Services`)."""
+
+    def __init__(
+        self,
+        host_id: str,
+        worker_ids: list[str],
+        cfg: RunConfig,
+        run_dir: Path,
+        run_id: str,
+        services: Any,
+        clone_urls: dict[str, str],
+        start_wall: float,
+        task_root: Path,
+    ):
+        self.host_id = host_id
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.services = services
+        self.clone_urls = clone_urls
+        self.start_wall = start_wall
+        """When the run's schedule started (wall clock); the driver moves it once every host is up."""
+        self.task_root = task_root
+        self.harness: Harness = get_harness(cfg.harness)
+        self.trace = TraceWriter(self.run_dir, f"host-{host_id}", run_id)
+        self.inbox = HostInbox(worker_ids)
+        self.workers: dict[str, Worker] = {}
+        for w in worker_ids:
+            base = self.run_dir / "workers" / w
+            self.workers[w] = Worker(self, w, secrets.token_hex(8), base / "repo", base / "home")
+        self.workdirs = Workdirs(self.run_dir, host_id)
+        self.backend = ToolsBackend(self)
+        self.tools = ToolServer(self.backend)
+        self.shared = self.harness.name == "sim" and len(worker_ids) > 1
+        """Simulation packing: one sim process serves all of this host's workers (agent/mux.py)."""
+        self._shared_agent: SharedAgent | None = None
+        self.stopping = asyncio.Event()
+        self._clock_event: asyncio.Event | None = None
+        self._clock_task: asyncio.Task | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.tools.start()
+        self._clock_event = asyncio.Event()
+        self._clock_task = asyncio.create_task(self._clock(), name=f"clock-{self.host_id}")
+
+    def schedule_s(self) -> float:
+        """Schedule seconds since the run started."""
+        return (time.time() - self.start_wall) * self.cfg.time_scale
+
+    async def launch(self, worker_id: str) -> None:
+        w = self.workers[worker_id]
+        if w.launched:
+            return
+        w.launched = True
+        w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s())
+        await asyncio.to_thread(self.workdirs.prepare, w.id, w.workdir, w.home, self.clone_urls[w.id])
+        w.task = asyncio.create_task(w.run(), name=f"worker-{w.id}")
+        self.clock_changed()
+
+    async def open_session(self, w: Worker) -> AgentSession:
+        """The worker's agent session, started: on a process of its own, or on the host's shared sim process."""
+        observer = TraceObserver(self, w)
+        url = self.tools.url(w.id, w.token)
+        if self.shared:
+            if self._shared_agent is None:
+                env = self.harness.environment(home=self.run_dir / "workers" / f"_{self.host_id}",
+                                               extra=agent_env(self.cfg, w.id, w.home, self.task_root, shared=True))
+                self._shared_agent = SharedAgent(self.harness, env, self.run_dir, self.run_dir / "logs",
+                                                 f"{self.host_id}.shared-agent")
+            session: AgentSession = MuxSession(self._shared_agent, w.id, w.workdir, url, observer)
+        else:
+            session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer,
+                                     extra_env=agent_env(self.cfg, w.id, w.home, self.task_root),
+                                     log_dir=self.run_dir / "logs")
+        w.session = session
+        await session.start()
+        return session
+
+    def lifecycle(self, w: Worker, event: str, detail: str = "") -> None:
+        pid = w.session.pid if w.session else None
+        self.trace.write(LifecycleRow(worker_id=w.id, event=event, detail=detail[:2000], host=self.host_id, pid=pid))
+
+    # -- the host's own prompts ------------------------------------------------------------
+    def push(self, w: Worker, kind: str, text: str, priority: str = "low") -> None:
+        """Queue a prompt the host makes itself (nudge, share-findings, wind-down, hand-off) and wake the worker."""
+        ts = now_us()
+        self.inbox.push_local(Delivery(event_id=f"{kind}:{w.id}:{ts}", worker_id=w.id, priority=priority, kind=kind,
+                                       text=text, enqueue_ts=ts))
+        w.wake.set()
+
+    def clock_changed(self) -> None:
+        """A turn ended or a worker was launched: the clock loop looks again now."""
+        if self._clock_event is not None:
+            self._clock_event.set()
+
+    async def _clock(self) -> None:
+        """Queues what each worker's TurnClock says is due, then sleeps until the next thing is."""
+        while not self.stopping.is_set():
+            now = self.schedule_s()
+            nxt = float("inf")
+            for w in self.workers.values():
+                if w.clock is None or w.stopped:
+                    continue
+                for due in w.clock.due(now):
+                    if due.kind == "wind_down":
+                        self.push(w, "wind_down", prompts.wind_down(due.minutes_left, due.last), HIGH)
+                    else:
+                        self.push(w, due.kind, prompts.nudge(), due.priority)
+                nxt = min(nxt, w.clock.next_due_in(now))
+            self._clock_event.clear()
+            try:
+                await asyncio.wait_for(self._clock_event.wait(),
+                                       min(CLOCK_MAX_SLEEP_S, self.cfg.wall(nxt)) + 0.001)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- router intake ---------------------------------------------------------------------
+    def deliver(self, deliveries: list[Any], cursors: dict[str, int]) -> int:
+        """A router's batch (routing Events, or Deliveries): queued once per worker; a replay is dropped."""
+        observe = getattr(getattr(self.services, "board", None), "observe", None)
+        if observe is not None:  # the host's copy of the recent view follows the board stream
+            observe([r for d in deliveries if (r := getattr(d, "row", None)) is not None], cursors.get("board"))
+        new = self.inbox.accept(deliveries, cursors)
+        for d in deliveries:
+            w = self.workers.get(d.worker_id)
+            if w is not None:
+                w.wake.set()
+        return new
+
+    def cursors(self) -> dict[str, int]:
+        return dict(self.inbox.cursors)
+
+    def record_deliveries(self, deliveries: list[Any], via: str) -> None:
+        now = now_us()
+        for d in deliveries:
+            self.trace.write(DeliveryRow(worker_id=d.worker_id, event_id=d.event_id, kind=d.kind, priority=d.priority,
+                                         via=via, enqueue_ts=d.enqueue_ts, latency_ms=(now - d.enqueue_ts) / 1000))
+
+    # -- what the driver asks -----------------------------------------------------------------
+    def status(self) -> dict[str, int]:
+        ws = self.workers.values()
+        return {
+            "launched": sum(w.launched for w in ws),
+            "in_turn": sum(w.in_turn for w in ws),
+            "idle": sum(w.launched and not w.in_turn and not w.stopped for w in ws),
+            "stopped": sum(w.stopped for w in ws),
+            "crashed": sum(w.crashed for w in ws),
+            "turns": sum(w.turn for w in ws),
+            "took_turn": sum(w.turn > 0 for w in ws),
+            "queued": self.inbox.queued(),
+        }
+
+    def agent_pids(self) -> dict[str, int | None]:
+        return {w.id: (w.session.pid if w.session else None) for w in self.workers.values()}
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        for w in self.workers.values():
+            w.wake.set()
+            if w.session is not None and w.in_turn:
+                await w.session.cancel()
+        for w in self.workers.values():
+            if w.task is not None:
+                try:
+                    await asyncio.wait_for(w.task, timeout=10)
+                except (asyncio.TimeoutError, asyncio.CancelledError):
+                    w.task.cancel()
+                except Exception:
+                    log.exception("worker %s loop failed", w.id)
+            if w.session is not None:
+                await w.session.close()
+                w.lifecycle("stopped")
+        self.clock_changed()
+        if self._clock_task:
+            self._clock_task.cancel()
+        if self._shared_agent is not None:
+            await self._shared_agent.close()
+        await self.tools.close()
+        self.trace.close()

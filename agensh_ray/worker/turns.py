@@ -1,0 +1,191 @@
+"""One worker's life inside its host: start its agent session, then take turns
+until the run stops, and bring the agent back when its process dies.
+
+When a turn starts:
+- first turn: the worker prompt (prompts/worker.md) with its worker id;
+- later turns: when events that wake a worker are queued (DMs, forge
+  notifications, the host's own prompts: nudge, share-findings, wind-down,
+  hand-off). Board entries and channel posts wait for the next turn (they
+  would wake every idle worker on every write); mid-turn they arrive at once.
+
+When the host's own prompts are due is the worker's `TurnClock`'s decision
+(routing/turn_clock.py); this loop tells the clock when turns start and end.
+
+When the agent process dies: record it, restart it, resume with session/load
+where supported, else start a new session with the worker prompt and the
+hand-off summary (agent/handoff.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agensh_ray import prompts
+from agensh_ray.agent.client import SessionObserver, ToolCallRecord
+from agensh_ray.agent.handoff import handoff_summary
+from agensh_ray.errors import AgentDied, TurnFailed
+from agensh_ray.render import render
+from agensh_ray.routing import TurnClock
+from agensh_ray.seams import AgentSession
+from agensh_ray.trace import ToolCallRow, TurnRow, UsageRow
+
+if TYPE_CHECKING:
+    from agensh_ray.worker.host import WorkerHost
+
+log = logging.getLogger(__name__)
+
+MAX_RESTARTS = 5
+"""Agent crashes a worker survives; after that it stops (a `gave_up` lifecycle row)."""
+HOST_KINDS = TurnClock.HOST_KINDS
+"""Prompts the host makes itself (nudge, share_findings, wind_down, handoff)."""
+WAKE_KINDS = {"dm", "forge", *HOST_KINDS}
+"""What starts a turn for an idle worker."""
+
+
+class TraceObserver(SessionObserver):
+    """What a worker's agent session sees, as trace rows."""
+
+    def __init__(self, host: WorkerHost, worker: Worker):
+        self.host, self.worker = host, worker
+
+    def on_tool_call(self, rec: ToolCallRecord) -> None:
+        dur = (rec.finished - rec.started) * 1000 if rec.finished else None
+        self.host.trace.write(ToolCallRow(
+            worker_id=self.worker.id, tool=rec.title or rec.kind or "?", source="agent", tool_call_id=rec.tool_call_id,
+            duration_ms=dur, ok=rec.status != "failed", turn=self.worker.turn,
+        ))
+
+    def on_usage(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        self.host.trace.write(UsageRow(worker_id=self.worker.id, turn=self.worker.turn, input_tokens=input_tokens,
+                                       output_tokens=output_tokens, cost_usd=cost_usd))
+
+
+@dataclass(eq=False)
+class Worker:
+    """One worker: its identity and place on disk, its session, and where it is in its life."""
+
+    host: WorkerHost
+    id: str
+    token: str
+    """The secret in its MCP URL (the tool server checks it)."""
+    workdir: Path
+    home: Path
+    session: AgentSession | None = None
+    clock: TurnClock | None = None
+    """When the host's prompts are due (made at launch)."""
+    turn: int = 0
+    in_turn: bool = False
+    launched: bool = False
+    stopped: bool = False
+    crashed: int = 0
+    board_writes: int = 0
+    """Board writes during the current turn."""
+    handoff: bool = False
+    """The next turn opens a new session: it starts with the worker prompt."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+
+    # -- the loop -----------------------------------------------------------------------
+    async def run(self) -> None:
+        host = self.host
+        try:
+            self.session = await host.open_session(self)
+            self.lifecycle("started", f"harness={host.harness.name}" + (" (shared process)" if host.shared else ""))
+        except Exception as exc:
+            self.lifecycle("crashed", f"start failed: {exc}")
+            self.stopped = True
+            log.error("worker %s could not start: %s", self.id, exc)
+            return
+        trigger: str | None = "first"
+        try:
+            while not host.stopping.is_set():
+                if self.turn > 0:
+                    trigger = await self.wait_for_reason()
+                    if trigger is None:
+                        break
+                await self.one_turn(trigger)
+        finally:
+            self.stopped = True
+
+    async def wait_for_reason(self) -> str | None:
+        """Block until something queued wakes this worker; None when the host stops. The turn is named after
+        the host's own prompts when only they woke it (so a prompt never answers a prompt)."""
+        while not self.host.stopping.is_set():
+            kinds = self.host.inbox.kinds(self.id) & WAKE_KINDS
+            if kinds:
+                return "events" if kinds - HOST_KINDS else sorted(kinds)[0]
+            self.wake.clear()
+            await self.wake.wait()
+        return None
+
+    def prompt_text(self, trigger: str) -> str:
+        host = self.host
+        pending = host.inbox.take(self.id, urgent_only=False)
+        host.record_deliveries(pending, "turn_start")
+        body = render(pending, mid_turn=False)
+        if trigger == "first" or self.handoff:  # a new session knows nothing yet
+            self.handoff = False
+            return prompts.worker(self.id, host.cfg.workers) + ("\n\n" + body if body else "")
+        return f"worker id: {self.id}\n" + (body or "Continue.")
+
+    async def one_turn(self, trigger: str) -> None:
+        host = self.host
+        self.turn += 1
+        self.in_turn = True
+        self.board_writes = 0
+        self.clock.turn_started(host.schedule_s())
+        text = self.prompt_text(trigger)
+        host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="start", trigger=trigger))
+        t0 = time.perf_counter()
+        stop_reason = "error"
+        try:
+            stop_reason, _ = await self.session.prompt(text)
+        except AgentDied as exc:
+            stop_reason = "agent_died"
+            await self.recover(str(exc))
+        except TurnFailed as exc:  # the agent answered with an error (e.g. its model endpoint failed)
+            log.warning("turn %d of %s failed: %s", self.turn, self.id, exc)
+            self.lifecycle("turn_error", str(exc))
+        except Exception as exc:
+            log.exception("turn %d of %s failed", self.turn, self.id)
+            self.lifecycle("turn_error", f"{type(exc).__name__}: {exc}")
+        finally:
+            self.in_turn = False
+            host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger,
+                                     stop_reason=stop_reason, duration_ms=(time.perf_counter() - t0) * 1000))
+        due = self.clock.turn_ended(host.schedule_s(), self.board_writes, trigger, stop_reason)
+        if due is not None:
+            host.push(self, due.kind, prompts.share_findings(), due.priority)
+        host.clock_changed()
+
+    async def recover(self, why: str) -> None:
+        host = self.host
+        self.crashed += 1
+        self.lifecycle("crashed", host.harness.redact(why, self.session.env if self.session else {}))
+        if self.crashed > MAX_RESTARTS:
+            self.lifecycle("gave_up", f"{self.crashed} crashes")
+            self.stop()
+            return
+        try:
+            loaded = await self.session.restart()
+        except Exception as exc:
+            self.lifecycle("gave_up", f"restart failed: {exc}")
+            self.stop()
+            return
+        self.handoff = not loaded
+        self.lifecycle("restarted", "session loaded" if loaded else "new session with hand-off summary")
+        text = prompts.resume() if loaded else await handoff_summary(self.id, host.services)
+        host.push(self, "handoff", text, "low")
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def lifecycle(self, event: str, detail: str = "") -> None:
+        self.host.lifecycle(self, event, detail)

@@ -1,0 +1,92 @@
+"""A worker's place on disk: its own clone of the repository, with its own forge
+credentials in `origin`, its sealed HOME, and the environment its agent and its
+git commands run with.
+
+One network fetch per host: the first worker's clone fills a seed mirror
+(refreshed when older than SEED_MAX_AGE_S), and every worker of the host then
+clones the seed locally (hardlinks) and points origin at the forge with its own
+token. 64 workers of a node thus cost one transfer from the forge, not 64.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from agensh_ray.config import RunConfig
+
+SEED_MAX_AGE_S = 30.0
+GIT_IDENTITY = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
+
+
+def _git(args: list[str], env: dict[str, str]) -> None:
+    res = subprocess.run(["git", *args], capture_output=True, text=True, env=env, timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args[:2])} failed: {res.stderr.strip()[-500:]}")
+
+
+def git_env(worker_id: str, home: Path) -> dict[str, str]:
+    """What git needs to act as this worker, and nothing of the user's configuration."""
+    email = f"{worker_id}@agensh.invalid"
+    return {
+        "GIT_AUTHOR_NAME": worker_id,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": worker_id,
+        "GIT_COMMITTER_EMAIL": email,
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+    }
+
+
+def agent_env(cfg: RunConfig, worker_id: str, home: Path, task_root: Path, shared: bool = False) -> dict[str, str]:
+    """The variables a worker's agent gets on top of its harness's sealed environment: its git identity
+    (none for a process shared by several workers: the agent sets each session's itself) and, for the sim
+    harness, the sim's settings."""
+    env = git_env(worker_id, home)
+    env.pop("HOME")  # the harness seals HOME itself
+    if shared:
+        for k in GIT_IDENTITY:
+            env.pop(k)
+    if cfg.harness == "sim":
+        env.update(
+            AGENSH_SIM_CONFIG=cfg.sim.model_dump_json(),
+            AGENSH_SIM_SEED=str(cfg.seed),
+            AGENSH_SIM_TIME_SCALE=str(cfg.time_scale),
+            AGENSH_SIM_TASK=str(task_root),
+            PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+        )
+    return env
+
+
+class Workdirs:
+    """The clones of one host's workers (thread-safe: clones run in threads)."""
+
+    def __init__(self, run_dir: Path, host_id: str):
+        self.seed = Path(run_dir) / "workers" / f"_{host_id}" / "seed.git"
+        self._lock = threading.Lock()
+        self._seed_at = 0.0
+
+    def prepare(self, worker_id: str, workdir: Path, home: Path, clone_url: str) -> None:
+        """The worker's clone at `workdir` (kept if it exists) and its HOME."""
+        home.mkdir(parents=True, exist_ok=True)
+        if (workdir / ".git").exists():
+            return
+        env = git_env(worker_id, home)
+        seed = self.seed
+        with self._lock:
+            if not seed.exists():
+                seed.parent.mkdir(parents=True, exist_ok=True)
+                _git(["clone", "-q", "--mirror", clone_url, str(seed)], env)
+                self._seed_at = time.monotonic()
+            elif time.monotonic() - self._seed_at > SEED_MAX_AGE_S:
+                _git(["-C", str(seed), "remote", "set-url", "origin", clone_url], env)
+                _git(["-C", str(seed), "fetch", "-q", "--prune", "origin"], env)
+                self._seed_at = time.monotonic()
+        _git(["clone", "-q", str(seed), str(workdir)], env)
+        _git(["-C", str(workdir), "remote", "set-url", "origin", clone_url], env)

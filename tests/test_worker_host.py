@@ -1,0 +1,58 @@
+"""The worker host drives each worker's TurnClock: the prompts the host makes
+itself (share-findings, idle nudge, wind-down) reach a real ACP agent process
+(the scripted agent, agensh_ray.fakes.acp_agent) when the clock says so, in the
+words of prompts/, and a worker launched late gets only the latest notice due."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from agensh_ray import prompts
+from agensh_ray.config import RoutingConfig
+from tests.support import LocalServices, await_for
+
+WORKERS = ["w001", "w002"]
+
+
+def _prompts(log, worker: str) -> list[str]:
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["event"] == "prompt" and f"worker id: {worker}" in rec["text"]:
+            out.append(rec["text"])
+    return out
+
+
+async def test_host_prompts_follow_the_turn_clock(tmp_path):
+    services = LocalServices(tmp_path, WORKERS)
+    log = tmp_path / "agent.jsonl"
+    # 4 schedule minutes at x60 = 4 wall seconds: idle nudge after 30 schedule s (0.5 s),
+    # wind-down notices at T-120 s (wall 2 s) and T-60 s (wall 3 s).
+    host = services.host(
+        tmp_path / "run", WORKERS, harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --log {log}",
+        minutes=4, time_scale=60, routing=RoutingConfig(idle_nudge_s=30, wind_down_s=[120, 60]),
+    )
+    await host.start()
+    try:
+        await host.launch("w001")
+        await await_for(lambda: host.schedule_s() >= 150, 30, "schedule second 150")
+        await host.launch("w002")  # after the first notice, before the last
+        last = prompts.wind_down(1, last=True)
+        await await_for(lambda: any(last in p for p in _prompts(log, "w002")), 60, "the last notice at w002")
+        await await_for(lambda: any(last in p for p in _prompts(log, "w001")), 60, "the last notice at w001")
+    finally:
+        await host.stop()
+        services.close()
+    early = prompts.wind_down(2, last=False)
+    w1 = _prompts(log, "w001")
+    assert w1[0].startswith(prompts.worker("w001", 2)[:200])  # the worker prompt first
+    assert prompts.share_findings() in w1[1]  # the first turn wrote nothing to the board
+    assert all(prompts.share_findings() not in p for p in w1[2:]), "a host prompt never answers a host prompt"
+    assert any(prompts.nudge() in p for p in w1[2:]), "idle: nudged"
+    assert sum(early in p for p in w1) == 1 and sum(last in p for p in w1) == 1, "each notice once"
+    w2 = _prompts(log, "w002")
+    assert early in w2[0], "a late starter gets the notice already due with its first prompt"
+    assert sum(early in p for p in w2) == 1 and sum(last in p for p in w2) == 1
