@@ -101,3 +101,8 @@ class CapacityError(RuntimeError):
 class ProvisionError(Exception):
     """Provisioning Gitea/Mattermost for a run cannot go on (an empty token file, a token that is not a site
     admin's, a repository whose #1 is taken, a failed seed push); the message says what to do."""
+
+
+class HostGone(Exception):
+    """A worker host a router feeds is gone for good (its actor died): the router stops routing to it.
+    Any other error of a delivery is transient: the router sends the batch again."""

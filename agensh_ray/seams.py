@@ -12,6 +12,10 @@ Two families:
 And the two seams inside a worker host: `AgentSession` (one worker's agent
 behind ACP: a process of its own, or a session on a shared sim process) and
 `Infra` (what the MCP tool server calls back into, per worker).
+
+And the two seams of a router (`RouterPump`): `RouterSources` (the durable
+sources it reads by cursor) and `HostLink` (one worker host it feeds): in a
+run, Ray actors behind actors/router.py; in tests, plain in-process objects.
 """
 
 from __future__ import annotations
@@ -194,3 +198,36 @@ class Infra(Protocol):
     def record_tool_call(self, worker: str, tool: str, duration_ms: float, ok: bool, error: str | None) -> None: ...
 
     def check_token(self, worker: str, token: str) -> bool: ...
+
+
+# ---------------------------------------------------------------------------- what a router reads and feeds
+
+
+class RouterSources(Protocol):
+    """The durable sources a router reads by cursor (each event's seq is its position in its source)."""
+
+    async def read(self, source: str, cursor: int) -> list[Any]:
+        """Events of `source` (board | chat | forge) with seq > cursor, oldest first. Board and chat wait
+        up to their poll timeout for one (a long poll); the forge is polled, and an empty read waits a
+        little before it returns. [] when nothing came."""
+
+    async def board_info(self) -> dict[str, Any]:
+        """At least `last_ts` (the newest entry's board time, us) and `claim_ttl_s` (claims' lifetime)."""
+
+    async def board_cursor_at(self, ts: int) -> int:
+        """The cursor just before the first entry written at board time `ts` (us) or later."""
+
+    async def board_since(self, cursor: int, limit: int) -> list[BoardEntry]:
+        """Up to `limit` board entries with seq > cursor, oldest first, without waiting."""
+
+
+class HostLink(Protocol):
+    """One worker host as a router feeds it. Raises HostGone when the host is gone for good; any other
+    error is transient (the router sends the same events again; the host drops what it already has)."""
+
+    async def deliver(self, events: list[Any], cursors: dict[str, int]) -> int:
+        """Queue the router's events (`agensh_ray.wire.Event`) and move the host's cursors to `cursors`;
+        returns how many (worker, event) items were new."""
+
+    async def cursors(self) -> dict[str, int]:
+        """The host's cursor per source: where a restarted router resumes."""

@@ -20,40 +20,10 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 
 from agensh_ray.errors import ToolFailure
-from agensh_ray.models import BoardEntry, ChatMessage, PullRequest
+from agensh_ray.render import fmt_entry, fmt_message, fmt_pr
 from agensh_ray.seams import Infra
 
 log = logging.getLogger(__name__)
-
-
-def fmt_entry(e: BoardEntry) -> str:
-    more = " [+detail: board_unfold]" if e.has_detail else ""
-    return f"#{e.seq} {e.type.value} {e.worker_id}: {e.text}{more}"
-
-
-def fmt_message(m: ChatMessage) -> str:
-    where = f"DM {m.sender} -> {m.to}" if m.to else f"#{m.channel} {m.sender}"
-    return f"[{where}] {m.text}"
-
-
-def fmt_pr(pr: PullRequest, long: bool = False) -> str:
-    line = f"PR #{pr.number} [{pr.state}] {pr.head} -> {pr.base} by {pr.author}: {pr.title}"
-    if pr.state == "merged":
-        line += f" (merged by {pr.merged_by})"
-    if not long:
-        return line
-    parts = [line]
-    if pr.body:
-        parts.append(pr.body)
-    if pr.files:
-        parts.append("files: " + ", ".join(pr.files))
-    for r in pr.reviews:
-        parts.append(f"review by {r.reviewer}: {r.verdict} {r.body}".rstrip())
-    for c in pr.comments:
-        parts.append(f"comment by {c.author}: {c.body}")
-    if pr.diff:
-        parts.append(pr.diff)
-    return "\n".join(parts)
 
 
 def build_server(infra: Infra) -> MCPServer:

@@ -21,7 +21,8 @@ import ray.cloudpickle
 
 from agensh_ray.actors.board import BoardHandle
 from agensh_ray.models import BoardEntryIn
-from agensh_ray.routing import HostInbox, render
+from agensh_ray.render import render
+from agensh_ray.routing import HostInbox
 
 PROBE = "probe"
 WORDS = ("parser", "tokenizer", "tac", "rot13", "caesar", "upper", "lower", "title", "reverse", "squeeze",

@@ -8,7 +8,8 @@ import pytest
 
 from agensh_ray.config import RoutingConfig
 from agensh_ray.models import BoardEntry, ChatMessage, Delivery, EntryType, ForgeEvent
-from agensh_ray.routing import Event, Fanout, HostInbox, TurnClock, render, words
+from agensh_ray.render import render
+from agensh_ray.routing import Event, Fanout, HostInbox, TurnClock, words
 
 HOSTS = {"h0": ["w1", "w2", "w3"], "h1": ["w4", "w5"]}
 S = 1_000_000  # board clock microseconds per second

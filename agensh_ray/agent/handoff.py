@@ -11,8 +11,8 @@ it is re-readable with the tools.
 from __future__ import annotations
 
 from agensh_ray import prompts
+from agensh_ray.render import fmt_entry, fmt_pr
 from agensh_ray.seams import Services
-from agensh_ray.tools import fmt_entry, fmt_pr
 
 RECENT = 15
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from agensh_ray.errors import AGENT_REFUSALS, ToolFailure
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
-from agensh_ray.routing import render
+from agensh_ray.render import render
 from agensh_ray.trace import ToolCallRow
 
 if TYPE_CHECKING:

@@ -29,7 +29,8 @@ from agensh_ray import prompts
 from agensh_ray.agent.client import SessionObserver, ToolCallRecord
 from agensh_ray.agent.handoff import handoff_summary
 from agensh_ray.errors import AgentDied, TurnFailed
-from agensh_ray.routing import TurnClock, render
+from agensh_ray.render import render
+from agensh_ray.routing import TurnClock
 from agensh_ray.seams import AgentSession
 from agensh_ray.trace import ToolCallRow, TurnRow, UsageRow
 

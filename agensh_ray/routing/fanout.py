@@ -1,0 +1,113 @@
+"""Who gets which event, with which priority: `Fanout` turns source events (board entries, chat
+messages, forge events, each read by cursor from a durable source) into one list of `Event`s per
+host of the router that holds it.
+
+An event is shipped once per host with its targets as a rule ("every worker of the host but the
+author"), never once per worker (see `agensh_ray.wire.Event`); the host's `HostInbox` expands the
+rule into its workers' queues.
+
+Priorities (DESIGN.md): DMs, new board entries and FAILs are high (mid-turn, appended to the next
+infra-tool result); channel posts, forge notifications and, under the `relevant` policy, board
+entries that do not touch a worker's claims are low (next turn start; board ones folded into one
+summary line).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from agensh_ray.models import BoardEntry, ChatMessage, EntryType, ForgeEvent, now_us
+from agensh_ray.render import board_text, dm_text, forge_text, post_text
+from agensh_ray.routing.claims import Claims
+from agensh_ray.wire import Event, Row
+
+POLICIES = ("all", "relevant")
+
+
+@dataclass
+class Fanout:
+    """Decides the targets of source events for the hosts one router serves.
+
+    policy `all` (the paper's): every board entry goes to every other worker, high.
+    policy `relevant`: FAILs, and entries sharing a distinctive word with a worker's active CLAIM,
+    are high for that worker; the rest go low and are summarised at its next turn start.
+
+    A worker's active claim is its latest CLAIM, until it publishes a PATCH_SUMMARY or the claim is
+    older than `claim_ttl_s` on the board clock (as the board hides it from the recent view); what
+    counts as an overlap is `Claims`'.
+    """
+
+    hosts: dict[str, list[str]]
+    policy: str = "all"
+    claim_ttl_s: float = 3600.0
+    claims: Claims = field(default_factory=Claims)
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown delivery policy {self.policy!r}; valid: {', '.join(POLICIES)}")
+        self.host_of = {w: h for h, ws in self.hosts.items() for w in ws}
+
+    # -- claims ------------------------------------------------------------------------
+    def track(self, e: BoardEntry) -> None:
+        """Update the claims from one board entry (also used to rebuild them after a restart)."""
+        self.claims.track(e)
+
+    def claimants(self, text: str, now_ts: int) -> set[str]:
+        """Workers whose active claim shares a distinctive word with `text` (now_ts: board clock, us)."""
+        return self.claims.claimants(text, now_ts - int(self.claim_ttl_s * 1e6))
+
+    # -- per source ----------------------------------------------------------------------
+    def board(self, entries: Iterable[BoardEntry]) -> dict[str, list[Event]]:
+        out: dict[str, list[Event]] = defaultdict(list)
+        ts = now_us()
+        for e in entries:
+            row = Row(e.seq, e.ts, e.type.value, e.text, e.worker_id, e.has_detail)
+            base = Event("board", e.seq, "board", board_text(e), e.worker_id, ts, label=e.type.value, row=row)
+            if self.policy == "all" or e.type is EntryType.FAIL:
+                ev = base._replace(high=None)
+                for h in self.hosts:
+                    out[h].append(ev)
+            else:
+                hot = self.claimants(e.text, e.ts)
+                hot.discard(e.worker_id)
+                by_host: dict[str, list[str]] = defaultdict(list)
+                for w in hot:
+                    h = self.host_of.get(w)
+                    if h is not None:
+                        by_host[h].append(w)
+                cold = base._replace(low=None)
+                for h in self.hosts:
+                    mine = by_host.get(h)
+                    out[h].append(base._replace(high=tuple(sorted(mine)), low=None) if mine else cold)
+            self.track(e)  # an entry never overlaps its own author's claim, so order does not matter
+        return out
+
+    def chat(self, messages: Iterable[ChatMessage]) -> dict[str, list[Event]]:
+        out: dict[str, list[Event]] = defaultdict(list)
+        ts = now_us()
+        for m in messages:
+            if m.to is not None:
+                h = self.host_of.get(m.to)
+                if h is not None and m.to != m.sender:
+                    out[h].append(Event("chat", m.seq, "dm", dm_text(m), m.sender, ts, (m.to,)))
+                continue
+            ev = Event("chat", m.seq, "channel", post_text(m), m.sender, ts, (), None)
+            for h in self.hosts:
+                out[h].append(ev)
+        return out
+
+    def forge(self, events: Iterable[ForgeEvent]) -> dict[str, list[Event]]:
+        out: dict[str, list[Event]] = defaultdict(list)
+        ts = now_us()
+        for fe in events:
+            text = forge_text(fe)
+            for w in dict.fromkeys(fe.notify):  # one event per worker: forge events are few, and each wakes its worker
+                h = self.host_of.get(w)
+                if h is not None and w != fe.actor:
+                    out[h].append(Event("forge", fe.seq, "forge", text, fe.actor, ts, (), (w,)))
+        return out
+
+    def split(self, source: str, batch: list[Any]) -> dict[str, list[Event]]:
+        return {"board": self.board, "chat": self.chat, "forge": self.forge}[source](batch)
