@@ -101,8 +101,7 @@ class Services:
         return await self.sources.board_since(cursor, limit)
 
     async def close(self) -> None:
-        await self.board_service.close()
-        self.board_service.board.close()
+        self.board_service.close()
         self.chat.chat.close()
 
 
