@@ -6,18 +6,8 @@
         [--mattermost-url http://localhost:8065 --mattermost-token-file mm-admin.token] \\
         --secrets-out run-secrets.json
 
-Gitea: one user per worker plus `agensh-driver` (the run's own account, used
-to read and to score; the run never holds the admin token), each with a
-scoped access token; the org and the repository seeded from the task's
-starter files with a real `git push`; issue #1 = the task text; branch
-protection on main (nobody pushes, 0 approvals, no status checks: PRs are
-the only way in); a webhook with a secret to the router intake.
-Mattermost: the same users, a team, the task channel, a token per user.
-
-Tokens and passwords go to the secrets file only (mode 0600, written
-atomically) and are never printed. Idempotent: everything is looked up
-before it is created; a token already in the secrets file that still works
-is kept; a Gitea token that was lost is replaced (same name), not added.
+What it creates, and how it stays idempotent: `agensh_ray.services.provision`.
+Tokens go to the secrets file only (mode 0600) and are never printed.
 
 This module is the CLI only (flags -> `ProvisionSettings` -> the provisioning
 in `agensh_ray.services.provision`, its progress lines printed); exit codes:

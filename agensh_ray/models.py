@@ -14,8 +14,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agensh_ray.errors import ForgeError, MergeConflict
-
 
 def now_us() -> int:
     """Wall-clock UTC time in microseconds (the trace's `ts` unit)."""

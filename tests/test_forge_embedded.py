@@ -50,12 +50,17 @@ def push_branch(repo: Path, branch: str) -> subprocess.CompletedProcess:
     return git("push", "--quiet", "origin", f"HEAD:refs/heads/{branch}", cwd=repo)
 
 
-@pytest.fixture
-def forge(git_env, tmp_path):
+def make_starter(tmp_path: Path) -> Path:
     starter = tmp_path / "starter"
     starter.mkdir()
     for name, text in STARTER.items():
         (starter / name).write_text(text)
+    return starter
+
+
+@pytest.fixture
+def forge(git_env, tmp_path):
+    starter = make_starter(tmp_path)
     f = EmbeddedForge(tmp_path / "forge")
     f.start()
     f.init_repo(starter, "Build the thing", "Make greet() friendlier.")

@@ -15,15 +15,12 @@ from agensh_ray.services.forge.embedded import EmbeddedForge
 from agensh_ray.services.forge.gitea import GiteaForge
 from agensh_ray.services.forge.traced import ForgeTracer
 from agensh_ray.trace import TraceWriter
-from tests.test_forge_embedded import STARTER, clone, commit_file, push_branch
+from tests.test_forge_embedded import STARTER, clone, commit_file, make_starter, push_branch
 
 
 @pytest.fixture
 def traced(git_env, tmp_path):
-    starter = tmp_path / "starter"
-    starter.mkdir()
-    for name, text in STARTER.items():
-        (starter / name).write_text(text)
+    starter = make_starter(tmp_path)
     forge = EmbeddedForge(tmp_path / "forge")
     forge.start()
     tracer = ForgeTracer(forge, TraceWriter(tmp_path / "run", "forge", "r1", flush_interval_s=0))

@@ -109,7 +109,20 @@ class _Terminal:
     reader: asyncio.Task | None = None
 
 
-class WorkdirClient:
+class NoExtensions:
+    """The ACP client methods we answer the same way in every client: no extensions, nothing on connect."""
+
+    async def ext_method(self, method, params):
+        raise RequestError.method_not_found(method)
+
+    async def ext_notification(self, method, params):
+        return None
+
+    def on_connect(self, conn) -> None:
+        pass
+
+
+class WorkdirClient(NoExtensions):
     """The ACP client methods, all confined to one workdir.
 
     Permission policy: allow (choosing the option by `kind`, as Copilot CLI
@@ -304,15 +317,3 @@ class WorkdirClient:
     async def close_terminals(self) -> None:
         for tid in list(self._terminals):
             await self.release_terminal("", tid)
-
-    # -- everything else -------------------------------------------------------------
-    async def ext_method(self, method, params):
-        raise RequestError.method_not_found(method)
-
-    async def ext_notification(self, method, params):
-        return None
-
-    def on_connect(self, conn) -> None:
-        pass
-
-

@@ -20,7 +20,7 @@ from pathlib import Path
 import acp
 from acp import RequestError
 
-from agensh_ray.agent.client import SessionObserver, WorkdirClient
+from agensh_ray.agent.client import NoExtensions, SessionObserver, WorkdirClient
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.process import AgentProcess
 from agensh_ray.agent.session import AcpSession, initialize
@@ -39,7 +39,7 @@ _CLIENT_METHODS = (
 )
 
 
-class MuxClient:
+class MuxClient(NoExtensions):
     """An ACP client that forwards each request to the WorkdirClient of its session."""
 
     def __init__(self) -> None:
@@ -58,15 +58,6 @@ class MuxClient:
         if name in _CLIENT_METHODS:
             return self._route(name)
         raise AttributeError(name)
-
-    async def ext_method(self, method, params):
-        raise RequestError.method_not_found(method)
-
-    async def ext_notification(self, method, params):
-        return None
-
-    def on_connect(self, conn) -> None:
-        pass
 
 
 class SharedAgent:

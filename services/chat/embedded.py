@@ -12,11 +12,11 @@ from pathlib import Path
 
 from agensh_ray.applog import AppendLog
 from agensh_ray.models import ChatMessage, now_us
-from agensh_ray.services.chat.log import MessageLog
+from agensh_ray.services.chat.log import LoggedChat, MessageLog
 from agensh_ray.services.chat.rules import check_dm, check_text
 
 
-class EmbeddedChat:
+class EmbeddedChat(LoggedChat):
     def __init__(self, root: Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -38,16 +38,6 @@ class EmbeddedChat:
     def dm(self, sender: str, to: str, text: str) -> ChatMessage:
         check_dm(sender, to, self._users)
         return self.log.append(sender, to, check_text(text), ts=now_us())[0]
-
-    def messages_since(self, cursor: int, limit: int = 1000) -> list[ChatMessage]:
-        return self.log.since(cursor, limit)
-
-    def history(self, user: str, limit: int = 50) -> list[ChatMessage]:
-        return self.log.history(user, limit)
-
-    @property
-    def last_seq(self) -> int:
-        return self.log.last_seq
 
     def close(self) -> None:
         self.log.close()

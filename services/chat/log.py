@@ -95,3 +95,21 @@ class MessageLog:
 
     def close(self) -> None:
         self._log.close()
+
+
+class LoggedChat:
+    """The reads every chat answers from its message log (`self.log`): what the routers and the history
+    tool see is the log, whichever adapter filled it."""
+
+    log: MessageLog
+
+    def messages_since(self, cursor: int, limit: int = 1000) -> list[ChatMessage]:
+        return self.log.since(cursor, limit)
+
+    def history(self, user: str, limit: int = 50) -> list[ChatMessage]:
+        return self.log.history(user, limit)
+
+    @property
+    def last_seq(self) -> int:
+        return self.log.last_seq
+

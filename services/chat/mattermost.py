@@ -46,7 +46,7 @@ import httpx
 
 from agensh_ray.errors import ChatError, MattermostAPIError
 from agensh_ray.models import ChatMessage
-from agensh_ray.services.chat.log import MessageLog
+from agensh_ray.services.chat.log import LoggedChat, MessageLog
 from agensh_ray.services.chat.rules import check_dm, check_text
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class MattermostClient:
         self.http.close()
 
 
-class MattermostChat:
+class MattermostChat(LoggedChat):
     """See the module docstring. Build it with `from_secrets`; `start()` opens the stream."""
 
     def __init__(self, url: str, team_id: str, channel_id: str, users: dict[str, dict], state_dir: Path,
@@ -234,17 +234,7 @@ class MattermostChat:
                                  create_at=create_at)
         return msg
 
-    # ------------------------------------------------------------------ reads
-
-    def messages_since(self, cursor: int, limit: int = 1000) -> list[ChatMessage]:
-        return self.log.since(cursor, limit)
-
-    def history(self, user: str, limit: int = 50) -> list[ChatMessage]:
-        return self.log.history(user, limit)
-
-    @property
-    def last_seq(self) -> int:
-        return self.log.last_seq
+    # ------------------------------------------------------------------ reads (the rest: LoggedChat)
 
     def last_create_at(self) -> int:
         """Mattermost's timestamp (ms) of the newest logged post: where a reconnecting socket catches up from."""
