@@ -77,8 +77,9 @@ def service_options(cfg: Any) -> dict:
     return {k: (str(v) if v is not None else None) for k, v in svc.model_dump().items()}
 
 
-def make_services(cfg: Any, run_dir: Path, run_id: str) -> tuple[Any, Any]:
-    """(chat actor, forge actor) for a run, named chat-<run_id> and forge-<run_id>."""
+def make_services(cfg: Any, run_dir: Path, run_id: str, scheduling_strategy: Any = None) -> tuple[Any, Any]:
+    """(chat actor, forge actor) for a run, named chat-<run_id> and forge-<run_id>, placed by
+    `scheduling_strategy` (the driver pins them to its own node; None: Ray's default)."""
     from agensh_ray.actors.chat import ChatActor
     from agensh_ray.actors.forge import ForgeActor
 
@@ -88,9 +89,10 @@ def make_services(cfg: Any, run_dir: Path, run_id: str) -> tuple[Any, Any]:
     if getattr(cfg, "address", None):
         opts["cluster"] = "1"
     rd = str(run_dir)
-    chat = ChatActor.options(name=f"chat-{run_id}").remote(str(Path(run_dir) / "chat"), rd, run_id, cfg.chat, opts)
-    forge = ForgeActor.options(name=f"forge-{run_id}").remote(str(Path(run_dir) / "forge"), rd, run_id, cfg.forge,
-                                                            opts)
+    chat = ChatActor.options(name=f"chat-{run_id}", scheduling_strategy=scheduling_strategy).remote(
+        str(Path(run_dir) / "chat"), rd, run_id, cfg.chat, opts)
+    forge = ForgeActor.options(name=f"forge-{run_id}", scheduling_strategy=scheduling_strategy).remote(
+        str(Path(run_dir) / "forge"), rd, run_id, cfg.forge, opts)
     return chat, forge
 
 
