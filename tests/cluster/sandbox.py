@@ -261,9 +261,13 @@ class LoopbackCluster:
         for home in self.work.glob("hosts/*/home"):
             shutil.rmtree(home, ignore_errors=True)
         # `ray` keeps its ssh control sockets under /tmp/ray_ssh_<user>/<cluster>: remove this cluster's.
+        user_dir = Path(f"/tmp/ray_ssh_{hashlib.sha256(b'root').hexdigest()[:10]}")
         for name in self.cluster_names:
-            user = hashlib.sha256(b"root").hexdigest()[:10]
-            shutil.rmtree(f"/tmp/ray_ssh_{user}/{hashlib.sha256(name.encode()).hexdigest()[:10]}", ignore_errors=True)
+            shutil.rmtree(user_dir / hashlib.sha256(name.encode()).hexdigest()[:10], ignore_errors=True)
+        try:
+            user_dir.rmdir()  # only if no other cluster of root's uses it
+        except OSError:
+            pass
 
     # -- commands --------------------------------------------------------------------------
     def sh(self, command: str, name: str | None = None, timeout: float = 120) -> Step:
