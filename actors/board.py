@@ -120,12 +120,14 @@ def get_or_create_board(
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     run_dir: str | None = None,
     run_id: str = "",
+    scheduling_strategy: Any = None,
 ) -> BoardHandle:
     """The named, detached board actor (created if absent) behind a `BoardHandle`.
 
     An existing actor of that name is returned as is (its log path and limits win).
     `time_scale` compresses the CLAIM TTL (a TTL of 1 schedule hour lasts 1/time_scale wall hours),
-    so CLAIM expiry can be tested quickly; `start_time` is kept for callers.
+    so CLAIM expiry can be tested quickly; `start_time` is kept for callers. `scheduling_strategy`:
+    where Ray places it (the driver pins it to its own node); None: Ray's default.
     """
     actor = BoardActor.options(
         name=name,
@@ -136,6 +138,7 @@ def get_or_create_board(
         max_task_retries=-1,
         num_cpus=0,
         max_concurrency=max_concurrency,
+        scheduling_strategy=scheduling_strategy,
     ).remote(
         os.path.abspath(os.fspath(log_path)),
         limits,

@@ -11,15 +11,17 @@ from agensh_ray.actors.forge import ForgeActor
 from agensh_ray.services.registry import check_name, service_options
 
 
-def make_services(cfg: Any, run_dir: Path, run_id: str) -> tuple[Any, Any]:
-    """(chat actor, forge actor) for a run, named chat-<run_id> and forge-<run_id>."""
+def make_services(cfg: Any, run_dir: Path, run_id: str, scheduling_strategy: Any = None) -> tuple[Any, Any]:
+    """(chat actor, forge actor) for a run, named chat-<run_id> and forge-<run_id>, placed by
+    `scheduling_strategy` (the driver pins them to its own node; None: Ray's default)."""
     check_name("forge", cfg.forge)
     check_name("chat", cfg.chat)
     opts = service_options(cfg)
     if getattr(cfg, "address", None):
         opts["cluster"] = "1"  # the embedded forge listens on its node's address (ForgeActor)
     rd = str(run_dir)
-    chat = ChatActor.options(name=f"chat-{run_id}").remote(str(Path(run_dir) / "chat"), rd, run_id, cfg.chat, opts)
-    forge = ForgeActor.options(name=f"forge-{run_id}").remote(str(Path(run_dir) / "forge"), rd, run_id, cfg.forge,
-                                                            opts)
+    chat = ChatActor.options(name=f"chat-{run_id}", scheduling_strategy=scheduling_strategy).remote(
+        str(Path(run_dir) / "chat"), rd, run_id, cfg.chat, opts)
+    forge = ForgeActor.options(name=f"forge-{run_id}", scheduling_strategy=scheduling_strategy).remote(
+        str(Path(run_dir) / "forge"), rd, run_id, cfg.forge, opts)
     return chat, forge

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.errors import CapacityError
@@ -35,6 +36,8 @@ def host_options(cfg: RunConfig, n_workers: int, cluster_slots: float | None) ->
     opts: dict = {}
     if cluster_slots is not None:
         opts["resources"] = {"agent_slot": n_workers}
+        # Spread the hosts over the nodes: Ray's default fills the driver's node (the head) first.
+        opts["scheduling_strategy"] = "SPREAD"
     per_worker = cfg.worker_memory_mb if cfg.worker_memory_mb is not None else (0 if cfg.harness == "sim" else 450)
     if per_worker:
         opts["memory"] = per_worker * n_workers * 1024 * 1024
@@ -106,14 +109,18 @@ class Run:
         from agensh_ray.actors.services import make_services
 
         rd = str(self.run_dir)
+        # The board, chat, forge and routers stay on the driver's node (the head of a cluster):
+        # Ray's default would place them on any node.
+        self.on_head = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         starter = self.run_dir / "starter"
         self.task.materialize_starter(starter)
         write_schema_files(self.run_dir)  # every table queryable from the DuckDB CLI, even if never written
         self.board = get_or_create_board(
             f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"), time_scale=self.cfg.time_scale,
-            run_dir=rd, run_id=self.run_id,
+            run_dir=rd, run_id=self.run_id, scheduling_strategy=self.on_head,
         )
-        self.chat, self.forge = make_services(self.cfg, self.run_dir, self.run_id)  # by --forge/--chat name
+        # by --forge/--chat name
+        self.chat, self.forge = make_services(self.cfg, self.run_dir, self.run_id, self.on_head)
         ray.get(self.forge.init_repo.remote(str(starter), self.task.title, self.task.text()))
         ray.get([self.chat.add_user.remote(w) for w in self.workers])
         ray.get([self.forge.add_user.remote(w) for w in [*self.workers, "admin"]])
@@ -148,7 +155,7 @@ class Run:
         for i, (hid, (_, ws)) in enumerate(self.hosts.items()):
             slices[i % n][hid] = (f"host-{self.run_id}-{hid}", ws)
         self.routers = [
-            RouterActor.options(name=f"router-{self.run_id}-{i}").remote(
+            RouterActor.options(name=f"router-{self.run_id}-{i}", scheduling_strategy=self.on_head).remote(
                 f"r{i}", s, f"board-{self.run_id}", f"chat-{self.run_id}", f"forge-{self.run_id}",
                 self.cfg.routing.policy, self.cfg.routing.poll_timeout_s,
                 linger_s=self.cfg.routing.linger_s, ship_interval_s=self.cfg.routing.ship_interval_s,
@@ -328,8 +335,7 @@ class Run:
             f"  messages       {s['dms']} DMs, {s['channel_posts']} channel posts",
             f"  score          {s['score']:.0%} of hidden tests ({s['tests_passed']}/{s['tests_total']})",
             f"  run folder     {s['run_dir']}",
-            f"  query it:      duckdb -c \".read analysis/views.sql\" -c \"SELECT * FROM turns LIMIT 5\"  "
-            f"(with SET VARIABLE run_dir='{s['run_dir']}')",
+            f"  query it:      python -m agensh_ray.analysis.query {s['run_dir']} merges  (no name: every question)",
         ]
         print("\n".join(lines), file=self.out, flush=True)
 

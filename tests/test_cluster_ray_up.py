@@ -1,0 +1,119 @@
+"""`ray up` as README.md's "On a cluster" says, for real: cluster-local.yaml on two hosts (head and
+one worker), each with its own address, sshd, home, /tmp and process table, on this machine
+(tests/cluster/sandbox.py). Every step runs as the README writes it: the token, the secrets file,
+`ray up`, `ray exec` of a sim run with `--address auto`, `ray rsync-down` of the run folder, DuckDB
+over it, `ray down`. The hosts run the file's setup commands as written (venv, pip install, the
+pinned agent CLIs from npm), so they need the package registries.
+
+Skips, saying why, where the sandbox cannot run (not root, no sshd, no namespaces).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agensh_ray.analysis.views import connect
+from tests.cluster.sandbox import LoopbackCluster, unavailable
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_ID = "ray-up-test"
+SHARED_RUNS = "/mnt/agensh/runs"  # the hosts' shared folder (an NFS mount on real hosts)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
+    why = unavailable()
+    if why:
+        pytest.skip(f"cannot run sshd hosts in a sandbox on this machine: {why}")
+    t0 = time.time()
+    with LoopbackCluster(tmp_path, hosts=2) as cluster:
+        cfg = cluster.inside(cluster.cluster_file(ROOT / "cluster-local.yaml"))
+
+        def step(name, command, timeout):
+            s = cluster.sh(command, name=name, timeout=timeout)
+            assert s.ok, f"{name} failed ({s.rc} after {s.seconds}s):\n{s.output[-6000:]}\n{timings(cluster)}"
+            return s
+
+        # Once, on the machine you run `ray up` from (README).
+        step("token", "ray get-auth-token --generate", 60)
+        step("secrets", "touch ~/agensh-secrets.env && chmod 600 ~/agensh-secrets.env", 10)
+        step("ray up", f"ray up -y {cfg}", 200)
+        # README: ray exec ... 'until ray status | grep -q " 16 local.cluster.node"; do sleep 5; done'
+        step("workers join", f"ray exec {cfg} 'until ray status | grep -q \" 2 local.cluster.node\"; do sleep 5; done'",
+             200)
+        run = step(
+            "the run",
+            f"ray exec {cfg} 'cd agensh-ray && python -m agensh_ray.run --address auto --workers 16 "
+            f"--workers-per-actor 8 --minutes 60 --run-dir {SHARED_RUNS} --run-id {RUN_ID}'",
+            200,
+        )
+        assert "ray ready (2 node(s), 128 agent slots)" in run.output, run.output[-3000:]
+        where = "cd agensh-ray && python tests/cluster/on_head.py placement"
+        placed = step("placement", f"ray exec {cfg} '{where} {RUN_ID}'", 60)
+        # README: ray rsync-down cluster-local.yaml /mnt/shared/runs/<run_id> ./runs/
+        fetched = tmp_path / "runs" / RUN_ID
+        step("ray rsync-down", f"ray rsync-down {cfg} {SHARED_RUNS}/{RUN_ID} {cluster.inside(fetched.parent)}/", 60)
+        step("ray down", f"ray down -y {cfg}", 90)
+        head_left = ray_processes(cluster, cluster.names[0])
+        # The local provider's `ray down` stops Ray on the head only: README stops the workers by ssh.
+        workers = " ".join(cluster.addresses[1:])
+        step("ray stop on workers", f"for ip in {workers}; do ssh -o StrictHostKeyChecking=accept-new "
+             f"-i ~/.ssh/id_ed25519 agensh@$ip '~/venv/bin/ray stop'; done", 60)
+        left = ray_processes(cluster)
+    report = timings(cluster) + f"\n  {'in all':20s} {time.time() - t0:6.1f} s"
+    print(report)
+    (tmp_path / "timings.txt").write_text(report)
+
+    # `ray down` stopped Ray on the head, the ssh loop on the worker, and nothing outside the sandbox.
+    assert not head_left, f"Ray processes left on the head after ray down: {head_left}"
+    assert not left, f"Ray processes left after ray stop on the workers: {left}"
+    assert cluster.decoy_survived, "a process outside the sandbox named like a Ray process was killed"
+
+    # The workers spread over both hosts; the board, chat, forge and routers stayed on the head.
+    m = re.search(r"PLACEMENT (\{.*\})", placed.output)
+    assert m, placed.output
+    placement = json.loads(m.group(1))
+    head, actors = placement["head"], placement["actors"]
+    hosts = {name: ip for name, ip in actors.items() if name.startswith("host-")}
+    assert len(hosts) == 2 and set(hosts.values()) == set(cluster.addresses), placement
+    services = {name: ip for name, ip in actors.items() if not name.startswith("host-")}
+    assert {n.split("-")[0] for n in services} >= {"board", "chat", "forge", "router"}, placement
+    assert head == cluster.addresses[0] and set(services.values()) == {head}, placement
+
+    # The whole run folder came down, and DuckDB answers over it.
+    summary = json.loads((fetched / "summary.json").read_text())
+    assert summary["workers"] == 16 and summary["prs_merged"] > 0, summary
+    # Each WorkerActor writes its own trace files where it runs: both hosts' came down.
+    turns = sorted(p.name for p in (fetched / "trace" / "turns").glob("*.parquet"))
+    writers = {m.group(1) for name in turns if (m := re.match(r"host-(h\d+)-", name))}
+    assert writers == {"h000", "h001"}, turns
+    # README: python -m agensh_ray.analysis.query runs/<run_id> merges
+    query = subprocess.run([sys.executable, "-m", "agensh_ray.analysis.query", str(fetched), "merges"],
+                           check=False, capture_output=True, text=True, timeout=120)
+    assert query.returncode == 0 and "-- merges" in query.stdout, query.stderr
+    con = connect(fetched)
+    turns_by_worker = con.execute("SELECT worker_id, count(*) FROM turns GROUP BY ALL").fetchall()
+    assert len(turns_by_worker) == 16, turns_by_worker
+    merged = con.execute("SELECT count(DISTINCT pr) FROM forge WHERE kind = 'pr_merged'").fetchone()[0]
+    assert merged == summary["prs_merged"]
+    assert time.time() - t0 < 300
+
+
+def ray_processes(cluster, host: str | None = None) -> list[dict]:
+    """The Ray processes on the hosts (on one host, if named): raylet, gcs_server, workers, and
+    Ray's Python processes (dashboard, monitors, agents) from the hosts' ~/venv."""
+    return [p for p in cluster.processes() if (host is None or p.get("host") == host)
+            and (p["name"] in ("raylet", "gcs_server") or p["name"].startswith("ray::")
+                 or "/venv/lib/python3.11/site-packages/ray/" in p["cmdline"])]
+
+
+def timings(cluster) -> str:
+    return "cluster steps:\n" + "\n".join(f"  {s.name:20s} {s.seconds:6.1f} s  (exit {s.rc})" for s in cluster.steps)
