@@ -127,7 +127,7 @@ def test_a_live_run_is_queryable_while_it_is_written(tmp_path):
     assert run_query(con, "idle")[1][0][2] == 1  # one (open) turn
     writer.write(ScoreRow(checkpoint="periodic", passed=2, total=4, pass_rate=0.5))
     writer.flush()
-    cols, rows = run_query(con, "score_milestones")  # same connection sees the new file
+    cols, rows = run_query(con, "final_score")  # same connection sees the new file
     assert dict(zip(cols, rows[0]))["final_pass_rate"] == 0.5
     writer.close()
 
