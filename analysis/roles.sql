@@ -10,8 +10,9 @@
 --   reviewer    reviewed at least max(2, ceil(2 x the run's peer reviews / workers)) peers' PRs, and at
 --               least as many as it authored
 --   builder     authored >= 1 PR
---   scout       no PR, but board entries, DMs or channel posts
---   idle        none of the above
+--   scout       no PR of its own, but board entries, DMs, channel posts, or peers' PRs merged or
+--               reviewed below the thresholds
+--   idle        none of the above (nothing at all; a worker that never started is idle)
 -- `role` is the first that holds; `labels` lists every threshold that holds on its own.
 SELECT worker_id, role, labels, prs_authored, prs_merged, merged_own, merged_for_others,
        reviews_given, approvals_given, claims, fails, board_entries, dms_sent, dms_received,

@@ -124,11 +124,16 @@ def settings(run_dir: str | Path, prices: str | Path | None = None,
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
         out["worker_ids"] = worker_ids(n)
     if milestones is not None:
-        bad = [m for m in milestones if not 0 < m <= 1]
-        if bad or not milestones:
-            raise ValueError(f"milestones are fractions of the hidden tests in (0, 1], at least one: got {milestones}")
-        out["milestones"] = sorted({float(m) for m in milestones})
+        out["milestones"] = check_milestones(milestones)
     return out
+
+
+def check_milestones(milestones: list[float]) -> list[float]:
+    """Score milestones, sorted: fractions of the hidden tests in (0, 1], at least one."""
+    if not milestones or not all(0 < m <= 1 for m in milestones):
+        raise ValueError(f"milestones are fractions of the hidden tests in (0, 1] (25% is 0.25), at least one: "
+                         f"got {milestones}")
+    return sorted({float(m) for m in milestones})
 
 
 def sql_literal(v) -> str:
@@ -242,9 +247,10 @@ def parse_percents(text: str | None) -> list[float] | None:
     if text is None:
         return None
     try:
-        return [float(p) / 100 for p in text.split(",") if p.strip()]
+        return check_milestones([float(p) / 100 for p in text.split(",") if p.strip()])
     except ValueError:
-        raise ValueError(f"--milestones takes percentages separated by commas (e.g. 25,50,75,90), not {text!r}") from None
+        raise ValueError(f"--milestones takes percentages in (0, 100] separated by commas (e.g. 25,50,75,90), "
+                         f"not {text!r}") from None
 
 
 if __name__ == "__main__":

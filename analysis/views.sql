@@ -310,8 +310,9 @@ FROM t, role_settings s;
 --   integrator  merged_for_others >= integrator_min_merges and >= prs_authored
 --   reviewer    reviews_given >= reviewer_min_reviews and >= prs_authored
 --   builder     prs_authored >= builder_min_prs (1)
---   scout       no PR, but board entries, DMs or channel posts
---   idle        none of the above
+--   scout       no PR of its own, but board entries, DMs, channel posts, or merges or reviews of peers'
+--               PRs below the thresholds above
+--   idle        none of the above (did nothing: a worker that never started is idle)
 -- labels: every role whose threshold alone holds (integrator, reviewer, builder), else the primary role.
 CREATE OR REPLACE VIEW workers AS
 WITH r AS (
@@ -319,7 +320,7 @@ WITH r AS (
            CASE WHEN merged_for_others >= integrator_min_merges AND merged_for_others >= prs_authored THEN 'integrator'
                 WHEN reviews_given >= reviewer_min_reviews AND reviews_given >= prs_authored THEN 'reviewer'
                 WHEN prs_authored >= builder_min_prs THEN 'builder'
-                WHEN board_entries + dms_sent + channel_posts > 0 THEN 'scout'
+                WHEN board_entries + dms_sent + channel_posts + merged_for_others + reviews_given > 0 THEN 'scout'
                 ELSE 'idle' END AS role,
            concat_ws(' ',
                 CASE WHEN merged_for_others >= integrator_min_merges THEN 'integrator' END,
