@@ -49,7 +49,7 @@ g AS (
         CAST(sum(output_tokens) AS BIGINT) AS output_tokens,
         sum(reported_cost_usd) AS reported_cost_usd,
         sum(cost_usd) AS cost_usd,
-        CASE WHEN sum(calls) = 0 THEN 'none' WHEN sum(priced_calls) = sum(calls) THEN 'price table'
+        CASE WHEN coalesce(sum(calls), 0) = 0 THEN 'none' WHEN sum(priced_calls) = sum(calls) THEN 'price table'
              WHEN sum(priced_calls) = 0 THEN 'agent-reported' ELSE 'mixed' END AS cost_basis,
         CAST(sum(prs_merged) AS BIGINT) AS merged_prs
     FROM w
