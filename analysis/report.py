@@ -155,8 +155,8 @@ def roles(doc: Doc, r: RunAnswers, tag: str, key: str, d: str) -> None:
           f"{fmt(t['reviewer_floor'])} and {fmt(t['even_share_multiple'])} × {fmt(t['peer_reviews'])} peer reviews / "
           f"{fmt(t['workers'])} workers, rounded up) and at least as many as it authored; **builder**: authored at "
           f"least {fmt(t['builder_min_prs'])} PR; **scout**: no PR of its own, but board entries, messages, or merges "
-          "and reviews below those thresholds; **idle**: nothing at all. `labels` lists every threshold a worker "
-          "meets.")
+          "and reviews below those thresholds; **idle**: none of that (it may have taken turns). `labels` lists every "
+          "threshold a worker meets.")
     doc.img(f"{tag}roles.png", plot_roles(r), "roles")
     ws = a["roles"].dicts()
     per_role = [[role, fmt(len(g)), *[fmt(sum(w[k] for w in g)) for k in ROLE_SUMS]]
@@ -204,9 +204,10 @@ def idle(doc: Doc, r: RunAnswers, key: str, d: str) -> None:
     doc.h(3, "Idle time", anchor=f"{key}-idle")
     rows = a["idle"].dicts()
     up = sum(w["up_s"] for w in rows)
+    never_up = sum(1 for w in rows if not w["up_s"])
     doc.p(f"Workers were idle {pct(sum(w['idle_s'] for w in rows) / up if up else None)} of their up time; "
           f"{sum(w['nudges'] for w in rows):,} nudges, {sum(w['share_findings_prompts'] for w in rows):,} "
-          f"share-findings prompts; {sum(1 for w in rows if not w['up_s']):,} workers never up. Most idle first:")
+          f"share-findings prompts; {never_up:,} {'worker' if never_up == 1 else 'workers'} never up. Most idle first:")
     ranked = sorted(a["idle"].rows, key=lambda w: (-(w[5] or 0), str(w[0])))
     doc.answer(Answer(a["idle"].cols, ranked), f"{d}/idle.csv")
 

@@ -12,7 +12,7 @@
 --   builder     authored >= 1 PR
 --   scout       no PR of its own, but board entries, DMs, channel posts, or peers' PRs merged or
 --               reviewed below the thresholds
---   idle        none of the above (nothing at all; a worker that never started is idle)
+--   idle        none of the above (turns alone do not count; a worker that never started is idle)
 -- `role` is the first that holds; `labels` lists every threshold that holds on its own.
 SELECT worker_id, role, labels, prs_authored, prs_merged, merged_own, merged_for_others,
        reviews_given, approvals_given, claims, fails, board_entries, dms_sent, dms_received,

@@ -312,7 +312,7 @@ FROM t, role_settings s;
 --   builder     prs_authored >= builder_min_prs (1)
 --   scout       no PR of its own, but board entries, DMs, channel posts, or merges or reviews of peers'
 --               PRs below the thresholds above
---   idle        none of the above (did nothing: a worker that never started is idle)
+--   idle        none of the above (turns alone do not count; a worker that never started is idle)
 -- labels: every role whose threshold alone holds (integrator, reviewer, builder), else the primary role.
 CREATE OR REPLACE VIEW workers AS
 WITH r AS (

@@ -139,13 +139,16 @@ def generate(run: Path, events: int, rows_per_file: int, seed: int = 0, shape: S
     start = launch_times(WORKERS)
     host = np.array([f"host-h{i // 64:03d}" for i in range(WORKERS)])
 
-    # lifecycle: started, ~100 crash+restart, stopped
-    nc = shape.crashes
-    crash_w = rng.choice(WORKERS, nc, replace=False)
-    crash_t = start[crash_w] + rng.uniform(600, 3600, nc)
-    lw = np.concatenate([np.arange(WORKERS), crash_w, crash_w, np.arange(WORKERS)])
-    lt = np.concatenate([start, crash_t, crash_t + 30, np.full(WORKERS, end)])
-    ev = ["started"] * WORKERS + ["crashed"] * nc + ["restarted"] * nc + ["stopped"] * WORKERS
+    # lifecycle: started, ~100 crash+restart, stopped; only the workers the schedule starts before the end
+    # (all of them in FULL; in SMALL the rest never start: no row of theirs anywhere)
+    n_up = int((start < end).sum())
+    crash_w = rng.choice(n_up, shape.crashes, replace=False)
+    crash_t = start[crash_w] + rng.uniform(600, 3600, shape.crashes)
+    crash_w, crash_t = crash_w[crash_t + 30 < end], crash_t[crash_t + 30 < end]
+    nc = len(crash_w)
+    lw = np.concatenate([np.arange(n_up), crash_w, crash_w, np.arange(n_up)])
+    lt = np.concatenate([start[:n_up], crash_t, crash_t + 30, np.full(n_up, end)])
+    ev = ["started"] * n_up + ["crashed"] * nc + ["restarted"] * nc + ["stopped"] * n_up
     out.write("lifecycle", {"ts": ts_array(lt), "worker_id": wid(lw), "event": pa.array(ev),
                             "host": pa.array(host[lw]), "detail": pa.array([""] * len(lw))}, host[lw])
 
@@ -221,7 +224,7 @@ def generate(run: Path, events: int, rows_per_file: int, seed: int = 0, shape: S
     fate[done >= end] = 2
     done = np.minimum(done, end - 1)  # what happens to a PR still open at the end happens before it
     peer = up_at(rng, start, done)
-    peer = np.where(peer == author, (peer + 1) % WORKERS, peer)
+    peer = np.where(peer == author, (peer + 1) % n_up, peer)
     merger = np.where(rng.random(npr) < 0.3, peer, author)
     reviewed = rng.random(npr) < 0.5
     nconf = rng.poisson(0.8, npr)
@@ -315,7 +318,7 @@ def generate(run: Path, events: int, rows_per_file: int, seed: int = 0, shape: S
 
     # deliveries: the rest of the budget
     nd = max(0, events - out.events)
-    dw = rng.integers(0, WORKERS, nd)
+    dw = rng.integers(0, n_up, nd)
     dt_ = np.maximum(rng.uniform(0, end, nd), start[dw])
     kind = choice(rng, ["board", "dm", "channel", "forge", "nudge", "share_findings", "wind_down"], nd,
                   [0.86, 0.01, 0.01, 0.1, 0.005, 0.013, 0.002])
