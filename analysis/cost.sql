@@ -10,7 +10,8 @@
 -- Every call counts in the run's total: calls with no worker, or by someone not among the run's
 -- workers, are their own worker lines with role 'unattributed'.
 -- Roles: view `workers` (see roles.sql). merged_prs: merged PRs authored by the worker(s) (for the
--- run: every merged PR); cost_per_merged_pr = cost_usd / merged_prs (null when none merged).
+-- run: every merged PR); cost_per_merged_pr = cost_usd / merged_prs (null when none merged, or when no
+-- call was recorded: cost_basis 'none' is no cost known, not a cost of 0).
 -- level: run (one row), role (one per role present), worker (one per worker, plus unattributed).
 WITH calls AS (
     SELECT u.worker_id, r.harness AS model, u.input_tokens, u.output_tokens, u.cost_usd AS reported_cost_usd
@@ -60,7 +61,8 @@ SELECT level, worker_id, role, workers, coalesce(input_tokens, 0) AS input_token
        coalesce(cost_usd, 0) AS cost_usd, cost_basis,
        CASE WHEN level = 'run' THEN (SELECT count(*) FROM prs WHERE state = 'merged') ELSE coalesce(merged_prs, 0) END
            AS merged_prs,
-       coalesce(cost_usd, 0) / nullif(CASE WHEN level = 'run' THEN (SELECT count(*) FROM prs WHERE state = 'merged')
-                                           ELSE merged_prs END, 0) AS cost_per_merged_pr
+       CASE WHEN cost_basis <> 'none' THEN
+           coalesce(cost_usd, 0) / nullif(CASE WHEN level = 'run' THEN (SELECT count(*) FROM prs WHERE state = 'merged')
+                                               ELSE merged_prs END, 0) END AS cost_per_merged_pr
 FROM g
 ORDER BY CASE level WHEN 'run' THEN 0 WHEN 'role' THEN 1 ELSE 2 END, coalesce(worker_id, role), role;

@@ -113,6 +113,10 @@ def cost_totals_are_the_usage_rows(r: MessyRun, a: dict) -> None:
     workers = [c["worker_id"] for c in cost if c["level"] == "worker" and c["role"] != "unattributed"]
     assert sorted(workers) == sorted(r.workers)
     assert run["merged_prs"] == sum(p.state == "merged" for p in r.prs)
+    if run["merged_prs"]:  # a cost per merged PR only where a cost is known
+        assert (run["cost_per_merged_pr"] is None) == (run["cost_basis"] == "none")
+        if run["cost_per_merged_pr"] is not None:
+            assert run["cost_per_merged_pr"] == pytest.approx(run["cost_usd"] / run["merged_prs"], rel=1e-9, abs=1e-12)
 
 
 def claims_diffs_and_scores_are_true(r: MessyRun, a: dict) -> None:
