@@ -5,6 +5,8 @@ files. Group commit, the long poll, the sliced grep and its budget, the client's
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -99,19 +101,25 @@ async def test_wait_since_wakes_on_a_write(service):
 
 
 async def test_slow_grep_is_stopped_at_its_budget_while_writes_go_on(tmp_path):
+    import random
+
     svc = BoardService(str(tmp_path / "b.jsonl"), limits=BoardLimits(grep_budget_s=0.05))
     client = BoardClient(svc)
     try:
-        words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda"
-        await svc.write_acks([wire_request(e(f"{words} {i}")) for i in range(30 * 1024)])
-        grep = asyncio.create_task(client.agrep(r"(?:[a-z]+ ){3}[xyz]{3}"))  # no literal: a regex scan
+        rnd = random.Random(5)  # text on which RE2's DFA gives up for this pattern: its slowest speed
+        await svc.write_acks([wire_request(e("".join(rnd.choice("ab") for _ in range(90)))) for i in range(30 * 1024)])
+        t0 = time.monotonic()
+        grep = asyncio.create_task(client.agrep(r"[ab]*a[ab]{20}c"))  # no literal: a regex scan
         writes = 0
-        while not grep.done():  # the search runs in slices: writes are served in between
+        while not grep.done():  # the search runs in a thread: writes are served meanwhile
             await client.awrite(e(f"written during the grep {writes}"))
             writes += 1
-        with pytest.raises(BoardError, match=r"^grep '.*' stopped after 0.05 s having searched the newest "
-                                             r"[\d,]+ of 30,7\d\d entries; a pattern with a plain word"):
+        took = time.monotonic() - t0
+        with pytest.raises(BoardError, match=r"^grep '.*' stopped after \d+\.\d\d s having searched the newest "
+                                             r"[\d,]+ of 30,720 entries; a pattern with a plain word") as ei:
             grep.result()
+        said = float(re.search(r"stopped after (\S+) s", str(ei.value)).group(1))
+        assert 0.05 <= said <= took + 0.01  # the time it really ran (to the hundredth it prints)
         assert writes >= 1
         assert [x.text for x in await client.agrep("during the grep", regex=False, limit=1)] == [
             f"written during the grep {writes - 1}"]
@@ -123,11 +131,14 @@ async def test_grep_with_no_budget_answers_within_its_first_block(tmp_path):
     svc = BoardService(str(tmp_path / "b.jsonl"), limits=BoardLimits(grep_budget_s=0.0))
     try:
         await svc.write_acks([wire_request(e(f"entry {i}")) for i in range(3000)])
+        t0 = time.monotonic()
         err = await svc.grep(r"[xyz]{3}\d")
         assert isinstance(err, BoardError)
-        assert str(err) == (  # the newest block holds 3,000 - 2 x 1,024 entries
-            "grep '[xyz]{3}\\\\d' stopped after 0 s having searched the newest 952 of 3,000 entries; a pattern with "
-            "a plain word in it (or regex=false) searches an index and is fast")
+        took = time.monotonic() - t0
+        start, said, rest = re.fullmatch(r"(.*) stopped after (\d+\.\d\d) s (.*)", str(err)).groups()
+        assert start == "grep '[xyz]{3}\\\\d'" and float(said) <= took + 0.01
+        assert rest == ("having searched the newest 952 of 3,000 entries; a pattern with a plain word in it "
+                        "(or regex=false) searches an index and is fast")  # the newest block: 3,000 - 2 x 1,024
         assert [x.seq for x in await svc.grep("entry", limit=2)] == [3000, 2999]  # done inside the first block
     finally:
         svc.close()
