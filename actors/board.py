@@ -1,7 +1,7 @@
 """The board as a Ray actor, and `BoardHandle`, the facade everyone else uses.
 
 Only the Ray edge lives here: `BoardActor` is `agensh_ray.board.BoardService` under `ray.remote`
-(group commit, long poll, sliced grep: see there), and `BoardHandle` is `agensh_ray.board.BoardClient`
+(group commit, long poll, grep in a thread: see there), and `BoardHandle` is `agensh_ray.board.BoardClient`
 over the actor handle (write coalescing, the recent-view copy, request ids: see there) plus the
 blocking methods plain code uses, and pickling.
 

@@ -1,5 +1,5 @@
 """The board service and its client without Ray: BoardClient(BoardService(...)) in one event loop, real
-files. Group commit, the long poll, the sliced grep and its budget, the client's recent-view copy
+files. Group commit, the long poll, the grep in its thread and its budget, the client's recent-view copy
 (fetched by delta, fed by deliveries) and request-id idempotency."""
 
 from __future__ import annotations
