@@ -155,7 +155,8 @@ def main() -> None:
     ap.add_argument("--hostile-entries", type=int, default=10_000, help="crafted entries of the hostile board")
     ap.add_argument("--hostile-a", type=int, default=99, help="a's at the start of each crafted entry (then '!')")
     ap.add_argument("--writes", type=int, default=200, help="writes timed alone, then during the hostile greps")
-    ap.add_argument("--budget-s", type=float, default=BoardLimits().grep_budget_s, help="the hostile board's grep budget")
+    ap.add_argument("--budget-s", type=float, default=BoardLimits().grep_budget_s,
+                    help="the hostile board's grep budget (seconds)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     a = ap.parse_args()
     t0 = time.time()

@@ -315,16 +315,18 @@ def test_grep_matches_reference_scan(tmp_path):
     entries = []
     for i in range(2 * BLOCK + 37):
         text = " ".join(rnd.choice(words) for _ in range(rnd.randint(1, 6))).strip() or "w"
+        text += " zebra9 x" if rnd.random() < 0.005 else ""  # a literal rare enough to check entries one by one
         detail = " ".join(rnd.choice([*words, "end\n"]) for _ in range(3)) if rnd.random() < 0.3 else None
         entries.append(e(rnd.choice(["FACT", "FAIL"]), text[:100], detail=detail))
     written = b.write_batch(entries)
     assert [x.seq for x in small.write_batch(entries)] == [x.seq for x in written]
     full = {w.seq: w.text + ("\n" + w.detail if w.detail else "") for w in written}
     types = {w.seq: w.type.value for w in written}
-    patterns = ["alpha", "beta gamma", r"delta\d+", r"^gamma", r"ta$", r"é", "ÉCOLE", r"[a-z]+42", r"\d", r"a.b", "k-dim",
+    patterns = ["alpha", "beta gamma", r"delta\d+", r"^gamma", r"ta$", r"é", "ÉCOLE", r"[a-z]+42", r"\d", r"a.b",
+                "k-dim",
                 "istanbul", r"x\s+x", r"end\nalpha", r"alpha|gamma", r"(beta|x\s)", r"straße|k-d", r"GAMMA|delta4|x$",
                 r"\Aalpha", r"x\z", r"[[:upper:]]{5}", r"[[:digit:]]2 x", "sun", "kelvin", r"(a|a)+$", r"\bx\b", "",
-                r"$", r"^", r"\n", r"ÉCOLE\s+\w", r"ß\b", "é x"]
+                r"$", r"^", r"\n", r"ÉCOLE\s+\w", r"ß\b", "é x", r"zebra\d", r"zebra9\s+x$", r"\bzebra9 x"]
     opts = re2.Options()
     opts.case_sensitive = False
     for pat in patterns:
@@ -333,7 +335,8 @@ def test_grep_matches_reference_scan(tmp_path):
                 continue
             cre = re2.compile("(?m)" + (pat if regex else re2.escape(pat)), opts)
             for t in (None, "FAIL"):
-                want = [s for s in sorted(full, reverse=True) if cre.search(full[s]) and (t is None or types[s] == t)][:500]
+                want = [s for s in sorted(full, reverse=True)
+                        if cre.search(full[s]) and (t is None or types[s] == t)][:500]
                 got = [x.seq for x in b.grep(pat, regex=regex, limit=500, type=t)]
                 assert got == want, (pat, regex, t)
                 assert [x.seq for x in small.grep(pat, regex=regex, limit=500, type=t)] == want, (pat, regex, t)

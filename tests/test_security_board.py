@@ -105,7 +105,8 @@ async def test_a_message_cannot_pass_for_a_dm_or_a_board_entry(svc_host):
     ]
     assert all(MESSAGE.fullmatch(line) for line in lines) and not CONTROLS.search(read)
     # Kept escaped at the boundary: what the chat stores and traces has no raw control character.
-    assert [m.text for m in services.chat_plain.history("w001", 10)][-1] == "bell\\x07 and \\x1b]0;title\\x07 and \\x9b2J"
+    stored = services.chat_plain.history("w001", 10)[-1].text
+    assert stored == "bell\\x07 and \\x1b]0;title\\x07 and \\x9b2J"
     # Delivered the way a router delivers them: the DMs mid-turn after a tool's result, the post in the next
     # turn's prompt; one quoted line each.
     msgs = services.chat_plain.history("w001", 10)

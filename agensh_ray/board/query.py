@@ -174,18 +174,22 @@ def _unsupported(p: Iterable[tuple[Any, Any]]) -> str | None:
             return "an atomic group (?>...)"
         if _POSSESSIVE is not None and op is _POSSESSIVE:
             return "a possessive quantifier (like a*+ or a++)"
-        subs: list[Any] = []
-        if op is c.SUBPATTERN:
-            subs = [av[-1]]
-        elif op in _REPEATS:
-            subs = [av[2]]
-        elif op is c.BRANCH:
-            subs = list(av[1])
-        for sub in subs:
+        for sub in _children(op, av):
             found = _unsupported(sub)
             if found:
                 return found
     return None
+
+
+def _children(op: Any, av: Any) -> list[Any]:
+    """The parsed sub-patterns of one node (of a group, a repeat or an alternation)."""
+    if op is _sre_c.SUBPATTERN:
+        return [av[-1]]
+    if op in _REPEATS:
+        return [av[2]]
+    if op is _sre_c.BRANCH:
+        return list(av[1])
+    return []
 
 
 def _python_parse(pattern: str) -> Any:
@@ -207,14 +211,7 @@ def _anchors_text(p: Iterable[tuple[Any, Any]]) -> bool:
     for op, av in p:
         if op is c.AT and av in (c.AT_BEGINNING_STRING, c.AT_END_STRING):
             return True
-        subs: list[Any] = []
-        if op is c.SUBPATTERN:
-            subs = [av[-1]]
-        elif op in _REPEATS:
-            subs = [av[2]]
-        elif op is c.BRANCH:
-            subs = list(av[1])
-        if any(_anchors_text(s) for s in subs):
+        if any(_anchors_text(s) for s in _children(op, av)):
             return True
     return False
 

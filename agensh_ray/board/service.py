@@ -211,7 +211,9 @@ class BoardService:
         except BoardError as exc:
             return exc
 
-    async def wait_since(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[BoardEntry] | BoardError:
+    async def wait_since(
+        self, cursor: int, timeout_s: float = 30.0, limit: int = 1000
+    ) -> list[BoardEntry] | BoardError:
         rows = await self.wait_since_rows(cursor, timeout_s, limit)
         return rows if isinstance(rows, BoardError) else [r.entry() for r in rows]
 
