@@ -75,6 +75,19 @@ def test_detail_limit(board):
         board.write(e(detail="d" * 9001))
 
 
+def test_text_is_one_line_and_detail_keeps_its_lines_with_control_characters_escaped(board):
+    for text, what in (("a\nb", r"a line break \(\\n\) at position 1"), ("\x1b[2J", r"an escape character"),
+                       ("a\u2029", "a paragraph separator"), ("\x85next", r"a control character \(\\x85\)")):
+        with pytest.raises(BoardError, match=f"^FACT text must be one line without control characters; it has {what}"):
+            board.write(e(text=text))
+    got = board.write(e(text="a no-break\u00a0space is text", detail="a\r\nb\tc\rd\x1b[0m\x00"))
+    assert board.unfold(got.seq).detail == "a\nb\tc\\rd\\x1b[0m\\x00"
+    with pytest.raises(BoardError, match="^detail is 8003 characters once its control characters are escaped; the "
+                                         "limit is 8000$"):
+        board.write(e(detail="d" * 7999 + "\x00"))
+    assert board.last_seq == got.seq  # nothing refused was written
+
+
 def test_empty_text(board):
     for text in ("", "   "):
         with pytest.raises(BoardError, match="empty"):

@@ -198,6 +198,10 @@ async def test_the_board_and_the_chat_refuse_bad_limits_themselves(svc_host):
             chat.history("w001", bad)
     with pytest.raises(ChatError, match="^limit must be a whole number 1 or more, not -1$"):
         chat.messages_since(0, -1)
+    # A message within the limit that its escaped control characters would take past it is refused, not cut.
+    with pytest.raises(ChatError, match="^message is 4003 characters once its control characters are escaped; "
+                                        "the limit is 4000$"):
+        chat.dm("w002", "w001", "m" * 3999 + "\x00")
 
 
 # ---------------------------------------------------------------- searches

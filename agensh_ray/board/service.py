@@ -217,7 +217,9 @@ class BoardService:
         rows = await self.wait_since_rows(cursor, timeout_s, limit)
         return rows if isinstance(rows, BoardError) else [r.entry() for r in rows]
 
-    async def wait_since_rows(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[Row] | BoardError:
+    async def wait_since_rows(
+        self, cursor: int, timeout_s: float = 30.0, limit: int = 1000
+    ) -> list[Row] | BoardError:
         """Entries with seq > cursor as soon as there are any, or [] after timeout_s."""
         try:
             whole_number(limit, "limit", 1, None, BoardError)

@@ -171,6 +171,9 @@ class Board:
             if not isinstance(detail, str) or len(detail) > self.limits.detail_max:
                 raise BoardError(f"detail is {len(detail)} characters; the limit is {self.limits.detail_max}")
             detail = escape_controls(detail)
+            if len(detail) > self.limits.detail_max:
+                raise BoardError(f"detail is {len(detail)} characters once its control characters are escaped; "
+                                 f"the limit is {self.limits.detail_max}")
         for name, value in (("text", text), ("detail", detail), ("worker_id", worker), ("request_id", rid)):
             if value is None or value.isascii():
                 continue

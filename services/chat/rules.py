@@ -24,7 +24,11 @@ def check_text(text: object) -> str:
         raise ChatError("message text is empty")
     if len(text) > MAX_TEXT:
         raise ChatError(f"message is {len(text)} characters; the limit is {MAX_TEXT}")
-    return escape_controls(text)
+    text = escape_controls(text)
+    if len(text) > MAX_TEXT:
+        raise ChatError(f"message is {len(text)} characters once its control characters are escaped; "
+                        f"the limit is {MAX_TEXT}")
+    return text
 
 
 def check_limit(limit: object) -> int:
