@@ -265,6 +265,38 @@ async def test_pathological_greps_answer_in_time_and_writes_keep_their_latency(t
         svc.close()
 
 
+async def test_pathological_greps_through_the_tool_answer_while_board_writes_go_on(tmp_path, git_env):
+    services = LocalServices(tmp_path / "svc", WORKERS, board_limits=BoardLimits(grep_budget_s=0.5))
+    h = services.host(tmp_path / "run", WORKERS)
+    await h.start()
+    try:
+        rnd = random.Random(11)
+        ab = ["".join(rnd.choice("ab") for _ in range(8000)) for _ in range(8)]
+        await services.board_service.write_acks(
+            [("OBSERVED", f"ab {i}", ab[i % 8], "w666", None) for i in range(400)]
+            + [("OBSERVED", ("a" * 26 + "!").ljust(100, "b"), None, "w666", None) for _ in range(300)]
+            + [("OBSERVED", "a" * 100, None, "w666", None) for _ in range(3)])
+        # As an agent calls them: the backtracking patterns answer with their matches; a regex scan that
+        # outruns its budget answers that it stopped; board writes made meanwhile are answered first.
+        slow = asyncio.create_task(call(h, "board_grep", w="w002", pattern=r"[ab]*a[ab]{20}c"))
+        greps = [asyncio.create_task(call(h, "board_grep", w="w002", pattern=p, limit=3))
+                 for p in (r"(a|a)+$", r"(.*a){12}$")]
+        written = []
+        while not slow.done() or len(written) < 3:
+            written.append((await call(h, "board_write", type="FACT", text=f"tac note {len(written)}"), slow.done()))
+        assert all(w.startswith("written: #") for w, _ in written) and not written[0][1]  # the first before the grep
+        stopped = slow.result()
+        assert re.fullmatch(r"ERROR: grep '\[ab\]\*a\[ab\]\{20\}c' stopped after \d+\.\d\d s having searched "
+                            r"the newest [\d,]+ of [\d,]+ entries; a pattern with a plain word in it \(or regex=false\) "
+                            r"searches an index and is fast", stopped), stopped
+        for g in greps:
+            lines = (await g).splitlines()
+            assert lines == [f'#{n} OBSERVED w666: "{"a" * 100}"' for n in (703, 702, 701)], lines
+    finally:
+        await h.stop()
+        services.close()
+
+
 def test_a_board_killed_mid_grep_does_not_run_the_search_again(ray_session, tmp_path):
     from agensh_ray.actors.board import SEARCH_LOST, get_or_create_board
 

@@ -9,8 +9,8 @@ entries are written while the next fsync runs.
 
 Reads answer from memory; `wait_since_rows` is a long poll woken by the next commit; a grep runs in a
 thread of its own in steps of bounded work (its regexes are RE2: linear time, and matching releases the
-GIL), so writes go on meanwhile, and is stopped after `grep_budget_s` with a refusal that says how long
-it ran and how far it got.
+GIL), so writes go on meanwhile; its caller is answered at `grep_budget_s` at the latest, with a refusal
+that says how long it ran and how far it got, and its thread stops after the RE2 call it is in.
 
 Every method is async and returns `BoardError` instead of raising it: a refusal crosses a process
 boundary as a value, and the client (`agensh_ray.board.client`) raises it again with the board's
@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator
@@ -45,20 +46,29 @@ assert _BOARD_TRACE_FIELDS | {"run_id", "schema_version"} == set(BoardRow.model_
 )
 
 GREP_THREADS = 2
-"""Greps that run at once (each in a thread; more wait their turn, their budget running)."""
+"""Greps that run at once (each in a thread; more wait their turn, their budget running; a thread whose
+caller was answered at the budget is busy until its current RE2 call ends)."""
 
 
-def _run_steps(steps: Generator[int, None, list[int]], deadline: float) -> tuple[list[int] | None, int]:
-    """Run grep steps until done (the hits) or past `deadline` (time.monotonic()): (None, entries searched)."""
-    searched = 0
-    while True:
-        try:
-            searched = next(steps)
-        except StopIteration as done:
-            return done.value, searched
-        if time.monotonic() >= deadline:
-            steps.close()
-            return None, searched
+class _Search:
+    """One grep's steps as its thread runs them: how far it got, and a flag that stops it between steps."""
+
+    def __init__(self, steps: Generator[int, None, list[int]], deadline: float) -> None:
+        self.steps = steps
+        self.deadline = deadline
+        self.searched = 0
+        self.stop = threading.Event()
+
+    def run(self) -> list[int] | None:
+        """Run the steps until done (the hits), or until stopped or past the deadline (None)."""
+        while True:
+            try:
+                self.searched = next(self.steps)
+            except StopIteration as done:
+                return done.value
+            if self.stop.is_set() or time.monotonic() >= self.deadline:
+                self.steps.close()
+                return None
 
 
 class BoardService:
@@ -244,8 +254,9 @@ class BoardService:
         self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
     ) -> list[BoardEntry] | BoardError:
         """Runs in steps of bounded work in a thread of its own (RE2 releases the GIL while it matches),
-        so writes and reads go on meanwhile on the event loop; stopped after `grep_budget_s` (counted from
-        this call), with a refusal that says how long it ran and how far it got."""
+        so writes and reads go on meanwhile on the event loop. Answered at `grep_budget_s` (counted from
+        this call) at the latest, with a refusal that says how long it ran and how far it got; the
+        thread stops after the RE2 call it is in (one entry at most)."""
         t0 = time.monotonic()
         self._greps_started += 1
         total = len(self.board)
@@ -255,19 +266,32 @@ class BoardService:
             return exc
         if self._grep_pool is None:
             self._grep_pool = ThreadPoolExecutor(GREP_THREADS, thread_name_prefix="board-grep")
+        budget = self.board.limits.grep_budget_s
+        search = _Search(steps, t0 + budget)
         self._greps_running += 1
+        fut = asyncio.get_running_loop().run_in_executor(self._grep_pool, search.run)
+        fut.add_done_callback(self._grep_done)
         try:
-            hits, searched = await asyncio.get_running_loop().run_in_executor(
-                self._grep_pool, _run_steps, steps, t0 + self.board.limits.grep_budget_s)
-        finally:
-            self._greps_running -= 1
+            hits = await asyncio.wait_for(asyncio.shield(fut), max(0.0, t0 + budget - time.monotonic()))
+        except asyncio.TimeoutError:
+            search.stop.set()  # its thread ends after its current step; the caller is answered now
+            hits = None
+        except asyncio.CancelledError:
+            search.stop.set()
+            raise
         if hits is None:
             return BoardError(
                 f"grep {pattern!r} stopped after {time.monotonic() - t0:.2f} s having searched the newest "
-                f"{searched:,} of {total:,} entries; a pattern with a plain word in it (or regex=false) "
+                f"{search.searched:,} of {total:,} entries; a pattern with a plain word in it (or regex=false) "
                 "searches an index and is fast"
             )
         return self.board.entries(hits)
+
+    def _grep_done(self, fut: asyncio.Future[Any]) -> None:
+        """A grep's thread has ended (answered, or stopped after its caller was)."""
+        self._greps_running -= 1
+        if not fut.cancelled():
+            fut.exception()  # retrieved: a search that failed after its caller was answered is not logged
 
     async def unfold(self, seq: int) -> BoardEntry | BoardError:
         try:
