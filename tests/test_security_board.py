@@ -19,6 +19,7 @@ import random
 import re
 import signal
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -258,9 +259,12 @@ async def test_pathological_greps_answer_in_time_and_writes_keep_their_latency(t
             assert isinstance(res, list), (pat, res)
         by = {pat: res for pat, _, res in greps}
         assert by[r"(a|a)+$"][0].text == "a" * 100 and len(by[r"(a+)+!"]) == 50
-        # Writes are not blocked by the searches: their median stays within 3x of that next to ordinary greps.
-        assert statistics.median(hostile) <= 3 * statistics.median(normal), (statistics.median(hostile),
-                                                                             statistics.median(normal))
+        # Writes are not blocked by the searches (Python's re blocked them for seconds): their median stays
+        # within 3x of that next to ordinary greps, give or take one GIL switch interval (5 ms), the longest
+        # a write may wait for the search's thread to let go of the interpreter on a loaded machine.
+        slack = sys.getswitchinterval()
+        assert statistics.median(hostile) <= 3 * statistics.median(normal) + slack, (statistics.median(hostile),
+                                                                                     statistics.median(normal))
     finally:
         svc.close()
 
