@@ -16,6 +16,11 @@ Phases:
    `(.*a){12}$`. The latency of --writes sequential writes alone, then of the same writes while
    ordinary greps run back to back (the baseline), then while greps with those patterns do; every
    hostile grep's answer and answer time.
+4. budget: a third board of --budget-entries entries whose details are 8,000 random a's and b's, on
+   which RE2's DFA gives up for the patterns of BUDGET_PATTERNS (the second one an RE2 program near
+   the board's limit: the slowest per character): each grep runs into --budget-s and is answered
+   then; when it answered, what it said, how long after its answer its thread stopped, and the
+   latency of the writes made meanwhile (the newest entries the grep searched include them).
 
     python bench/board_grep.py                                 # 1,000,000 entries
     python bench/board_grep.py --entries 200000 --hostile-a 20 --hostile-entries 8
@@ -26,6 +31,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
+import re
 import shutil
 import statistics
 import sys
@@ -37,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agensh_ray.board import BoardLimits, BoardService  # noqa: E402
+from agensh_ray.board.query import compile_query  # noqa: E402
 from bench.board_router import GREP_NO_LITERAL, GREP_PATTERNS  # noqa: E402
 from bench.board_router_host import TYPES, fill_text  # noqa: E402
 from bench.common import machine_facts, pct, print_result, say  # noqa: E402
@@ -44,6 +52,8 @@ from bench.common import machine_facts, pct, print_result, say  # noqa: E402
 HOSTILE_PATTERNS = (r"(a|a)+$", r"(.*a){12}$")
 ORDINARY_PATTERNS = (r"[0-9]{3}x", "aaaa!")
 """The baseline: a regex scan and a word search over the same board."""
+BUDGET_PATTERNS = (r"[ab]*a[ab]{20}c", r"[ab]*a[ab]{600}c|[ab]*b[ab]{600}d|[ab]*a[ab]{600}d|[ab]*b[ab]{550}c")
+"""Regex scans that outrun any budget on a board of a/b details."""
 
 
 def entry(t: str, text: str, worker: str) -> tuple:
@@ -136,6 +146,37 @@ async def hostile(a, tmp: Path, t0: float, out: dict) -> None:
         svc.close()
 
 
+async def budget(a, tmp: Path, t0: float, out: dict) -> None:
+    svc = BoardService(str(tmp / "budget.jsonl"), BoardLimits(grep_budget_s=a.budget_s))
+    try:
+        rnd = random.Random(1)
+        ab = ["".join(rnd.choice("ab") for _ in range(8000)) for _ in range(16)]
+        await svc.write_acks([("OBSERVED", f"ab {i}", ab[i % 16], "w0666", None) for i in range(a.budget_entries)])
+        say(t0, f"phase 4: {a.budget_entries} entries with 8,000 a's and b's of detail; budget {a.budget_s} s")
+        for k, pat in enumerate(BUDGET_PATTERNS):
+            grep = asyncio.create_task(timed_grep(svc, pat, True))
+            await asyncio.sleep(0)
+            lat = []
+            while not grep.done():
+                lat += await writes(svc, 1, f"budget {k}")
+            ms, res = grep.result()
+            t_answer = time.perf_counter()
+            while (await svc.info())["greps_running"]:
+                await asyncio.sleep(0.001)
+            tail_ms = (time.perf_counter() - t_answer) * 1000
+            said = re.search(r"stopped after (\S+) s having searched the newest ([\d,]+)", str(res))
+            say(t0, f"  grep {pat[:40]!r} (RE2 program {compile_query(pat, True).cost:,}): answered after {ms:.0f} ms "
+                    f"({f'said: stopped after {said.group(1)} s, newest {said.group(2)} entries searched' if said else answer(res)}); its thread stopped {tail_ms:.0f} ms later; {len(lat)} writes meanwhile: "
+                    f"p50 {pct(lat, 0.5):.2f} ms, max {max(lat):.2f} ms")
+            out[f"budget_grep_answer_ms {k}"] = round(ms, 1)
+            out[f"budget_grep_said_s {k}"] = float(said.group(1)) if said else None
+            out[f"budget_grep_thread_after_ms {k}"] = round(tail_ms, 1)
+            out[f"budget_write_ms_p50 {k}"] = round(pct(lat, 0.5), 2)
+            out[f"budget_write_ms_max {k}"] = round(max(lat), 2)
+    finally:
+        svc.close()
+
+
 async def run(a, tmp: Path, t0: float) -> dict:
     out: dict = {}
     svc = BoardService(str(tmp / "board.jsonl"))
@@ -160,6 +201,7 @@ async def run(a, tmp: Path, t0: float) -> dict:
     finally:
         svc.close()
     await hostile(a, tmp, t0, out)
+    await budget(a, tmp, t0, out)
     return out
 
 
@@ -171,7 +213,8 @@ def main() -> None:
     ap.add_argument("--hostile-a", type=int, default=99, help="a's at the start of each crafted entry (then '!')")
     ap.add_argument("--writes", type=int, default=200, help="writes timed alone, then during the hostile greps")
     ap.add_argument("--budget-s", type=float, default=BoardLimits().grep_budget_s,
-                    help="the hostile board's grep budget (seconds)")
+                    help="the hostile and budget boards' grep budget (seconds)")
+    ap.add_argument("--budget-entries", type=int, default=600, help="entries of the budget board")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     a = ap.parse_args()
     t0 = time.time()
@@ -183,7 +226,8 @@ def main() -> None:
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    print_result({**out, "entries_arg": a.entries, "hostile_a": a.hostile_a, "hostile_entries": a.hostile_entries})
+    print_result({**out, "entries_arg": a.entries, "hostile_a": a.hostile_a, "hostile_entries": a.hostile_entries,
+                  "budget_s": a.budget_s, "budget_entries": a.budget_entries})
 
 
 if __name__ == "__main__":
