@@ -291,8 +291,8 @@ async def test_pathological_greps_through_the_tool_answer_while_board_writes_go_
         assert all(w.startswith("written: #") for w, _ in written) and not written[0][1]  # the first before the grep
         stopped = slow.result()
         assert re.fullmatch(r"ERROR: grep '\[ab\]\*a\[ab\]\{20\}c' stopped after \d+\.\d\d s having searched "
-                            r"the newest [\d,]+ of [\d,]+ entries; a pattern with a plain word in it \(or regex=false\) "
-                            r"searches an index and is fast", stopped), stopped
+                            r"the newest [\d,]+ of [\d,]+ entries; a pattern with a plain word in it "
+                            r"\(or regex=false\) searches an index and is fast", stopped), stopped
         for g in greps:
             lines = (await g).splitlines()
             assert lines == [f'#{n} OBSERVED w666: "{"a" * 100}"' for n in (703, 702, 701)], lines
