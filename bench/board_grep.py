@@ -165,7 +165,8 @@ async def budget(a, tmp: Path, t0: float, out: dict) -> None:
                 await asyncio.sleep(0.001)
             tail_ms = (time.perf_counter() - t_answer) * 1000
             said = re.search(r"stopped after (\S+) s having searched the newest ([\d,]+)", str(res))
-            told = f"said: stopped after {said.group(1)} s, newest {said.group(2)} entries searched" if said else answer(res)
+            told = (f"said: stopped after {said.group(1)} s, newest {said.group(2)} entries searched" if said
+                    else answer(res))
             say(t0, f"  grep {pat[:40]!r} (RE2 program {compile_query(pat, True).cost:,}): answered after {ms:.0f} ms "
                     f"({told}); its thread stopped {tail_ms:.0f} ms later; {len(lat)} writes meanwhile: "
                     f"p50 {pct(lat, 0.5):.2f} ms, max {max(lat):.2f} ms")
