@@ -60,15 +60,15 @@ class _Search:
         self.stop = threading.Event()
 
     def run(self) -> list[int] | None:
-        """Run the steps until done (the hits), or until stopped or past the deadline (None)."""
-        while True:
+        """Run the steps until done (the hits), or until stopped or past the deadline (None), checked
+        before each step: a search that waited for a thread past its caller's answer does not start."""
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
             try:
                 self.searched = next(self.steps)
             except StopIteration as done:
                 return done.value
-            if self.stop.is_set() or time.monotonic() >= self.deadline:
-                self.steps.close()
-                return None
+        self.steps.close()
+        return None
 
 
 class BoardService:
