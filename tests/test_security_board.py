@@ -7,8 +7,10 @@
   board and chat APIs (each is refused, naming the argument and its range).
 * Searches: greps with backtracking patterns over 100-character entries crafted for them (Python's
   `re` took seconds on one such entry, and could not be interrupted) answer within their deadline
-  while writes keep the latency they have next to an ordinary grep; and a board killed mid-grep is
-  restarted by Ray without running the search again, while the writes in flight are re-sent.
+  while writes keep the latency they have next to an ordinary grep; through the `board_grep` tool too,
+  where a regex scan that runs into its budget answers "stopped after N s" while `board_write` calls
+  are answered meanwhile; and a board killed mid-grep is restarted by Ray without running the search
+  again, while the writes in flight are re-sent.
 """
 
 from __future__ import annotations
