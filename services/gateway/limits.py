@@ -156,6 +156,15 @@ class Lane:
             self.turns.append(t.worker)
         q.appendleft(t) if front else q.append(t)
 
+    def withdraw(self, t: Ticket) -> None:
+        """A waiting call whose caller went away leaves its queue."""
+        q = self.queues.get(t.worker)
+        if q is not None and t in q:
+            q.remove(t)
+            if not q:
+                del self.queues[t.worker]
+                self.turns.remove(t.worker)
+
     def dispatch(self, now: float) -> tuple[list[Ticket], float | None]:
         """Admit what can go now, round-robin over the workers; returns the admitted and the seconds until
         the next could (None: when a call ends, or nobody waits)."""
@@ -238,7 +247,9 @@ class Admission:
         except asyncio.CancelledError:
             if t.granted is not None:  # admitted as it was cancelled: give the slot back
                 lane.release(t, None, refund=True)
-                self._run(lane)
+            else:
+                lane.withdraw(t)
+            self._run(lane)
             raise
         return t
 
