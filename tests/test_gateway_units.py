@@ -10,7 +10,7 @@ import random
 import pytest
 
 from agensh_ray.agent.harness import get_harness
-from agensh_ray.config import BudgetConfig, GatewayConfig, ModelLimit, RetryConfig
+from agensh_ray.config import BudgetConfig, GatewayConfig, ModelLimit, RetryConfig, RunConfig
 from agensh_ray.errors import GatewayError
 from agensh_ray.models import GatewayEndpoint
 from agensh_ray.services.gateway.budget import Budgets
@@ -283,3 +283,29 @@ def test_through_the_gateway_an_agent_gets_no_real_credential(tmp_path, monkeypa
     assert get_harness("claude").model_route.applies({"ANTHROPIC_API_KEY": "k"})[0]
     off, why = get_harness("claude").model_route.applies({"ANTHROPIC_API_KEY": "k", "CLAUDE_CODE_USE_BEDROCK": "1"})
     assert not off and "CLAUDE_CODE_USE_BEDROCK" in why
+
+
+# -- the cost question over llm_calls ------------------------------------------------------------
+
+
+def test_cost_sql_takes_the_gateways_count_when_the_run_has_llm_calls(tmp_path):
+    from agensh_ray.analysis.views import connect, run_query
+    from agensh_ray.trace import LifecycleRow, LlmCallRow, TraceWriter, UsageRow, write_schema_files
+
+    write_schema_files(tmp_path)
+    (tmp_path / "config.json").write_text(RunConfig(harness="copilot", workers=2).model_dump_json())
+    t = TraceWriter(tmp_path, "t", "r1", flush_interval_s=0)
+    for w in ("w001", "w002"):
+        t.write(LifecycleRow(worker_id=w, event="started"))
+    t.write(UsageRow(worker_id="w001", turn=1, input_tokens=10**9, output_tokens=10**9))  # the agent's claim: ignored
+    for w, i, o, usd in (("w001", 100, 10, 0.25), ("w001", 50, 5, None), ("w002", 7, 3, 0.5)):
+        t.write(LlmCallRow(worker_id=w, gateway="n1", provider="openai", api="chat", model="gpt-4.1", status="ok",
+                           input_tokens=i, output_tokens=o, cost_usd=usd, latency_ms=1.0))
+    t.close()
+    cols, rows = run_query(connect(tmp_path), "cost")
+    got = {(r[cols.index("level")], r[cols.index("worker_id")]): r for r in rows}
+    run = got[("run", None)]
+    assert (run[cols.index("input_tokens")], run[cols.index("output_tokens")]) == (157, 18)
+    assert run[cols.index("cost_usd")] == pytest.approx(0.75)
+    w1 = got[("worker", "w001")]
+    assert (w1[cols.index("input_tokens")], w1[cols.index("cost_usd")]) == (150, pytest.approx(0.25))

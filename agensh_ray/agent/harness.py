@@ -319,6 +319,24 @@ HARNESSES: dict[str, Harness] = {
 }
 
 
+def gateway_decision(harness: str, setting: bool | None, secrets: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Whether a run's agents go through the model gateway (`setting`: the user's choice, None for auto), and
+    why; raises HarnessError when it is asked for and cannot stand in for the harness's endpoint."""
+    h = get_harness(harness)
+    if setting is False:
+        return False, "off (--no-gateway)"
+    if h.model_route is None:
+        if setting:
+            raise HarnessError(f"harness '{h.name}' has no model endpoint the gateway can stand in for")
+        return False, f"off (the {h.name} harness calls no model provider)"
+    ok, why = h.model_route.applies({**os.environ, **(read_secrets() if secrets is None else secrets)})
+    if not ok:
+        if setting:
+            raise HarnessError(f"--gateway: the gateway cannot stand in for {h.name}'s endpoint: {why}")
+        return False, f"off ({why}; {h.name} reaches its provider directly)"
+    return True, f"on ({h.model_route.provider} route; the agents get its URL and a virtual key)"
+
+
 def get_harness(name: str) -> Harness:
     """A registered harness, or `cmd:<command line>` for any other ACP agent."""
     if name.startswith("cmd:"):

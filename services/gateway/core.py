@@ -159,8 +159,8 @@ class Gateway:
     def status(self) -> dict:
         return {**self.counts, "active": sum(la.active for la in self.admission.lanes.values()),
                 "waiting": sum(la.waiting() for la in self.admission.lanes.values()),
-                "run_tokens": self.budgets.run.tokens, "run_usd": self.budgets.run.usd,
-                "run_refusal": self.budgets.run_refusal}
+                "tokens": self.budgets.local.tokens, "usd": self.budgets.local.usd,
+                "unpriced": self.budgets.local.unpriced_calls}
 
     async def close(self) -> None:
         await self.http.aclose()
