@@ -227,6 +227,9 @@ class Gateway:
                 if status is None:
                     fail_body = error_body(call.provider, 502, f"agensh gateway: {call.error}", "api_error")
                     fail_headers = JSON
+                # The gateway has retried already: the SDKs the CLIs use (OpenAI's, Anthropic's) honour this
+                # header, so the agent does not hammer a dead endpoint once more on its own.
+                fail_headers = [h for h in fail_headers if h[0] != b"x-should-retry"] + [(b"x-should-retry", b"false")]
                 await _reply(out, call.http_status, fail_body, fail_headers)
                 return
             call.retries.append(str(status) if status else "conn")
