@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import secrets as pysecrets
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,9 @@ class GatewayActor:
 
     def status(self) -> dict:
         return self.gateway.status()
+
+    def pid(self) -> int:
+        return os.getpid()
 
     async def stop(self) -> None:
         if self._sync is not None:

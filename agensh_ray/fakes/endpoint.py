@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import socket
 import sys
 import threading
 import time
@@ -223,13 +224,14 @@ class FakeEndpoint:
                 status = reply.fail[seen]
                 return status, f"scripted failure {status}", reply.retry_after if status in (429, 503, 529) else None, False
             reply.cut = 1 if seen - len(reply.fail) < reply.cut else 0
-        wait = self.faults.rate_limited()
-        if wait is not None:
-            return 429, "rate limit reached for requests", max(0.001, wait), True
+        # A storm sheds load before the rate limit counts the call (an overloaded provider refuses first).
         hit = self.faults.injected()
         if hit is not None:
             status, after = hit
             return status, ("overloaded" if status == 529 else f"injected failure {status}"), after, False
+        wait = self.faults.rate_limited()
+        if wait is not None:
+            return 429, "rate limit reached for requests", max(0.001, wait), True
         return None
 
     def stream(self, h: BaseHTTPRequestHandler, reply: Reply, events: int) -> SSE:
@@ -365,6 +367,11 @@ class _Server(ThreadingHTTPServer):
 def _handler(ep: FakeEndpoint) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            # As a provider's server does: each SSE event leaves at once (no Nagle wait on the last small write).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug("%s " + fmt, ep.name, *args)

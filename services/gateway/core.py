@@ -25,7 +25,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import httpx
+import aiohttp
 
 from agensh_ray.agent.harness import ModelRoute
 from agensh_ray.config import GatewayConfig
@@ -56,7 +56,9 @@ ERROR_BODY_MAX = 65536
 EXHAUSTED = ("x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens",
              "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-tokens-remaining")
 """A 429 with one of these at 0 means the provider's limit is used up: the whole lane waits."""
-JSON = [(b"content-type", b"application/json")]
+JSON = [("content-type", "application/json")]
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+"""No answer, a broken connection, a stream cut, a provider silent for longer than the read timeout."""
 
 
 @dataclass
@@ -71,7 +73,7 @@ class Request:
 
 
 class Responder(Protocol):
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None: ...
+    async def start(self, status: int, headers: list[tuple[str, str]]) -> None: ...
 
     async def send(self, chunk: bytes, more: bool) -> None: ...
 
@@ -113,7 +115,7 @@ class Call:
 class Gateway:
     def __init__(self, cfg: GatewayConfig, keys: VirtualKeys, upstreams: dict[str, Upstream],
                  prices: PriceTable, route: ModelRoute | None = None, trace: TraceWriter | None = None,
-                 name: str = "gateway", http: httpx.AsyncClient | None = None, rng=None):
+                 name: str = "gateway", rng=None):
         self.cfg = cfg
         self.keys = keys
         self.upstreams = upstreams
@@ -121,7 +123,7 @@ class Gateway:
         self.route = route
         self.trace = trace
         self.name = name
-        self.http = http or client(cfg)
+        self._http: aiohttp.ClientSession | None = None
         self.admission = Admission(cfg.limits, cfg.burst_s)
         self.budgets = Budgets(cfg.budget)
         self.retry = RetryPolicy(cfg.retry, rng)
@@ -162,8 +164,16 @@ class Gateway:
                 "tokens": self.budgets.local.tokens, "usd": self.budgets.local.usd,
                 "unpriced": self.budgets.local.unpriced_calls}
 
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        """The connection pool to the providers (made on first use, in the gateway's event loop)."""
+        if self._http is None:
+            self._http = client(self.cfg)
+        return self._http
+
     async def close(self) -> None:
-        await self.http.aclose()
+        if self._http is not None:
+            await self._http.close()
         if self.trace is not None:
             self.trace.flush()
 
@@ -198,8 +208,12 @@ class Gateway:
                 return
             strip = ask_for_usage(api, body)
             await self._forward(call, up, req, rest, json.dumps(body).encode() if strip else req.body, strip, out)
-        except asyncio.CancelledError:
-            if call.status not in ("ok", "cut"):
+        except (asyncio.CancelledError, ConnectionError):
+            # The agent hung up. A client that has read the stream's final event may close at once, before
+            # the body's last bytes: that call was answered.
+            if call.meter is not None and call.meter.finished and call.status not in ("cut", "error"):
+                call.status = "ok"
+            elif call.status not in ("ok", "cut"):
                 call.status, call.error = "client_gone", call.error or "the agent hung up before the answer"
             raise
         finally:
@@ -214,8 +228,8 @@ class Gateway:
             attempt += 1
             ticket = await self.admission.acquire(call.provider, call.model, call.worker, estimate, front=attempt > 1)
             call.queued_s += ticket.queued_s
-            status, after, fail_body, fail_headers = await self._attempt(call, ticket, url, headers, body, strip,
-                                                                         req.method, out)
+            status, after, fail_body, fail_headers = await self._attempt(call, ticket, up, url, headers, body,
+                                                                         strip, req.method, out)
             if status == 0:
                 return  # answered (or cut after bytes reached the agent)
             wait = self.retry.next_wait(attempt, status, after, time.perf_counter() - call.t0)
@@ -229,57 +243,59 @@ class Gateway:
                     fail_headers = JSON
                 # The gateway has retried already: the SDKs the CLIs use (OpenAI's, Anthropic's) honour this
                 # header, so the agent does not hammer a dead endpoint once more on its own.
-                fail_headers = [h for h in fail_headers if h[0] != b"x-should-retry"] + [(b"x-should-retry", b"false")]
+                fail_headers = [h for h in fail_headers if h[0].lower() != "x-should-retry"] + [("x-should-retry", "false")]
                 await _reply(out, call.http_status, fail_body, fail_headers)
                 return
             call.retries.append(str(status) if status else "conn")
             self.counts["retries"] += 1
             await asyncio.sleep(wait)
 
-    async def _attempt(self, call: Call, ticket: Ticket, url: str, headers: dict[str, str], body: bytes,
-                       strip: bool, method: str, out: Responder):
+    async def _attempt(self, call: Call, ticket: Ticket, up: Upstream, url: str, headers: dict[str, str],
+                       body: bytes, strip: bool, method: str, out: Responder):
         """One try. Returns (0, ...) when the agent got its answer, else (status or None, retry-after, the
         provider's error body and headers) for the retry loop."""
         refund, actual = True, None
         try:
-            request = self.http.build_request(method, url, headers=headers, content=body)
             try:
-                resp = await self.http.send(request, stream=True)
-            except httpx.TransportError as exc:
+                resp = await self.http.request(method, url, data=body, headers=headers, allow_redirects=False,
+                                               proxy=up.proxy)
+            except UPSTREAM_ERRORS as exc:
                 call.error = f"{call.provider} unreachable: {type(exc).__name__}: {exc}"[:500]
                 return None, None, b"", []
             try:
-                if resp.status_code >= 400:
-                    data = await _read_capped(resp)
-                    call.error = f"{call.provider} {call.model} answered {resp.status_code}: {error_text(data)}"
+                if resp.status >= 400:
+                    data = await resp.content.read(ERROR_BODY_MAX)
+                    call.error = f"{call.provider} {call.model} answered {resp.status}: {error_text(data)}"
                     after = retry_after_s(resp.headers)
-                    if resp.status_code == 429 and any(resp.headers.get(h) == "0" for h in EXHAUSTED):
+                    if resp.status == 429 and any(resp.headers.get(h) == "0" for h in EXHAUSTED):
                         self.admission.pause(ticket, after if after is not None else 1.0)
                     # The provider counted nothing of a refused call: neither does the limit.
-                    return resp.status_code, after, data, response_headers(resp.headers)
+                    return resp.status, after, data, response_headers(resp.headers)
                 meter = call.meter = Meter(call.api, call.stream, strip)
-                chunks = resp.aiter_raw()
                 try:
-                    first = await anext(chunks, b"")
-                except httpx.TransportError as exc:
+                    first = await resp.content.readany()
+                except UPSTREAM_ERRORS as exc:
                     call.error = f"{call.provider} stream cut before its first byte: {type(exc).__name__}"
                     return None, None, b"", []
                 refund = False
-                call.http_status = resp.status_code
-                await out.start(resp.status_code, response_headers(resp.headers))
+                call.http_status = resp.status
+                await out.start(resp.status, response_headers(resp.headers))
                 call.ttfb = time.perf_counter()
                 if passed := meter.feed(first):
                     await out.send(passed, True)
-                try:
-                    async for chunk in chunks:
-                        if passed := meter.feed(chunk):
-                            await out.send(passed, True)
-                except httpx.TransportError as exc:
-                    call.status = "cut"
-                    call.error = f"{call.provider} stream cut mid-way: {type(exc).__name__}: {exc}"[:500]
-                    actual = meter.usage().total
-                    await out.abort()
-                    return 0, None, b"", []
+                while True:
+                    try:
+                        chunk = await resp.content.readany()
+                    except UPSTREAM_ERRORS as exc:
+                        call.status = "cut"
+                        call.error = f"{call.provider} stream cut mid-way: {type(exc).__name__}: {exc}"[:500]
+                        actual = meter.usage().total
+                        await out.abort()
+                        return 0, None, b"", []
+                    if not chunk:
+                        break
+                    if passed := meter.feed(chunk):
+                        await out.send(passed, True)  # the agent hanging up raises here (ConnectionError)
                 await out.send(meter.close(), False)
                 actual = meter.usage().total
                 if meter.stream_error:
@@ -290,20 +306,21 @@ class Gateway:
                     call.status = "ok"
                 return 0, None, b"", []
             finally:
-                await resp.aclose()
+                resp.release()
         finally:
             self.admission.release(ticket, actual, refund)
 
     async def _side(self, up: Upstream, req: Request, rest: str, out: Responder) -> None:
         """A side route (model list, token count): passed through once, not limited or counted."""
         try:
-            resp = await self.http.request(req.method, up.url(rest, req.query), headers=up.headers(req.headers),
-                                           content=req.body or None)
-        except httpx.TransportError as exc:
+            async with self.http.request(req.method, up.url(rest, req.query), headers=up.headers(req.headers),
+                                         data=req.body or None, allow_redirects=False, proxy=up.proxy) as resp:
+                data = await resp.read()
+        except UPSTREAM_ERRORS as exc:
             await _reply(out, 502, error_body(up.provider, 502, f"agensh gateway: {up.provider} unreachable: "
                                               f"{type(exc).__name__}", "api_error"))
             return
-        await _reply(out, resp.status_code, resp.content, response_headers(resp.headers))
+        await _reply(out, resp.status, data, response_headers(resp.headers))
 
     # -- accounting ----------------------------------------------------------------------------
     def _finish(self, call: Call) -> None:
@@ -337,15 +354,6 @@ class Gateway:
         ))
 
 
-async def _read_capped(resp: httpx.Response) -> bytes:
-    data = bytearray()
-    async for chunk in resp.aiter_raw():
-        data += chunk
-        if len(data) >= ERROR_BODY_MAX:
-            break
-    return bytes(data[:ERROR_BODY_MAX])
-
-
-async def _reply(out: Responder, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _reply(out: Responder, status: int, body: bytes, headers: list[tuple[str, str]] | None = None) -> None:
     await out.start(status, headers if headers is not None else JSON)
     await out.send(body, False)

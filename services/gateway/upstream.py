@@ -14,9 +14,12 @@ gateway reads the usage in it).
 from __future__ import annotations
 
 import os
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
 from agensh_ray.agent.harness import ModelRoute, read_secrets
 from agensh_ray.config import GatewayConfig
@@ -40,6 +43,9 @@ class Upstream:
     base_url: str
     auth_header: str | None = None
     auth_value: str | None = field(default=None, repr=False)
+    proxy: str | None = None
+    """The HTTP(S)_PROXY that applies to `base_url` (NO_PROXY honoured), found once: aiohttp looks it up
+    in a thread on every request otherwise."""
 
     def url(self, rest: str, query: str) -> str:
         return self.base_url.rstrip("/") + rest + (f"?{_strip_key(query)}" if query else "")
@@ -66,20 +72,31 @@ def upstream_of(route: ModelRoute, src: dict[str, str] | None = None) -> Upstrea
     url = src.get(route.url_var) or route.default_url
     if not url.startswith(("http://", "https://")):
         raise GatewayError(f"{route.url_var}={url!r} is not an http(s) URL")
+    proxy = _proxy_for(url)
     for var, style in route.key_vars:
         if src.get(var):
-            return Upstream(route.provider, url, AUTH_HEADERS[style], src[var])
-    return Upstream(route.provider, url)  # a keyless endpoint (a local vLLM or Ollama)
+            return Upstream(route.provider, url, AUTH_HEADERS[style], src[var], proxy)
+    return Upstream(route.provider, url, proxy=proxy)  # a keyless endpoint (a local vLLM or Ollama)
 
 
-def response_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
-    return [(k.encode(), v.encode()) for k, v in headers.multi_items() if k not in DROP_RESPONSE]
+def _proxy_for(url: str) -> str | None:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if urllib.request.proxy_bypass(host):
+        return None
+    return urllib.request.getproxies().get(urllib.parse.urlsplit(url).scheme)
 
 
-def client(cfg: GatewayConfig) -> httpx.AsyncClient:
-    """One connection pool per gateway, as wide as the calls it may hold open at once."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(connect=cfg.connect_timeout_s, read=cfg.read_timeout_s, write=60.0, pool=None),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=1024, keepalive_expiry=30.0),
-        follow_redirects=False,
+def response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in headers.items() if k.lower() not in DROP_RESPONSE]
+
+
+def client(cfg: GatewayConfig) -> aiohttp.ClientSession:
+    """One connection pool per gateway, as wide as the calls it may hold open at once (make it in the
+    gateway's event loop). aiohttp, not httpx: carrying the same stream cost the gateway's process 0.32-0.38
+    ms of CPU per call with aiohttp's client and server, 1.6-2.0 ms with httpx under uvicorn (300 streamed
+    calls of 23 events, 8 at a time, on this project's 2-core machine)."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s),
+        auto_decompress=False, trust_env=False,  # the proxy is the Upstream's, found once
     )
