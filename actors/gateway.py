@@ -6,7 +6,8 @@ and the sync loop here; the logic is in services/gateway/.
 Why actors with their own HTTP front and not a Ray Serve deployment: every model call would then
 pass through Serve's proxy and a Ray call to a replica, and every streamed chunk through Ray's
 streaming generator; here a call costs the gateway's own work only, and the coordinator is off
-the call's path (bench/gateway.py and docs/real-agents.md give the measured difference).
+the call's path (bench/gateway.py measures what the gateway adds to a call; Serve was not
+measured).
 
 The driver makes them (`Gateways.start`) before the worker hosts; a host finds its node's gateway
 by name (`node_gateway`). The run's secret for the virtual keys goes from the driver to the

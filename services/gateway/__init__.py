@@ -1,7 +1,7 @@
 """The model gateway: every agent's model calls go through its node's gateway, which holds the
 provider's credential, the cluster-wide limits, the budgets and the count of tokens and cost
-(one `llm_calls` trace row per call). The modules, and what each holds, are listed in this
-folder's README; `make_gateway` builds one for a run.
+(one `llm_calls` trace row per call). The modules, and what each holds, are listed in
+services/README.md; `make_gateway` builds one for a run.
 """
 
 from __future__ import annotations

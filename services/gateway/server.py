@@ -7,9 +7,8 @@ upstream after bytes reached the agent is broken for the agent too: the connecti
 without the end of the chunked body, so the agent's client sees the break as it would have from
 the provider.
 
-aiohttp rather than uvicorn: carrying the same stream, aiohttp's server with its client cost the
-gateway 0.32-0.38 ms of CPU per call, uvicorn with aiohttp's client 0.42-0.60 ms, uvicorn with httpx
-1.6-2.0 ms (300 streamed calls of 23 events, 8 at a time, on this project's 2-core machine).
+aiohttp rather than uvicorn (the project's other servers): it took less of the gateway's CPU per
+streamed call in trials; bench/gateway.py measures the gateway's CPU per call as it is.
 """
 
 from __future__ import annotations

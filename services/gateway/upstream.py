@@ -92,9 +92,8 @@ def response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
 
 def client(cfg: GatewayConfig) -> aiohttp.ClientSession:
     """One connection pool per gateway, as wide as the calls it may hold open at once (make it in the
-    gateway's event loop). aiohttp, not httpx: carrying the same stream cost the gateway's process 0.32-0.38
-    ms of CPU per call with aiohttp's client and server, 1.6-2.0 ms with httpx under uvicorn (300 streamed
-    calls of 23 events, 8 at a time, on this project's 2-core machine)."""
+    gateway's event loop). aiohttp, not httpx: it took less of the gateway's CPU per streamed call in
+    trials (bench/gateway.py measures the gateway's CPU per call as it is)."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0),
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s, sock_read=cfg.read_timeout_s),
