@@ -8,6 +8,7 @@ from pathlib import Path
 
 import ray
 
+from agensh_ray.actors.gateway import node_gateway
 from agensh_ray.actors.proxy import AsyncProxy
 from agensh_ray.config import RunConfig
 from agensh_ray.models import Delivery
@@ -15,10 +16,12 @@ from agensh_ray.worker import WorkerHost
 
 
 class _Services:
-    def __init__(self, board, chat, forge):
+    def __init__(self, board, chat, forge, gateway=None):
         self.board = board
         self.chat = AsyncProxy(chat)
         self.forge = AsyncProxy(forge)
+        if gateway is not None:
+            self.gateway = AsyncProxy(gateway)
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -26,9 +29,10 @@ class WorkerActor:
     def __init__(self, host_id, worker_ids, cfg_json, run_dir, run_id, board, chat, forge, clone_urls, start_wall,
                  task_root):
         cfg = RunConfig.model_validate_json(cfg_json)
+        gateway = node_gateway(run_id) if cfg.gateway.enabled else None  # this node's model gateway
         self.host = WorkerHost(
-            host_id, worker_ids, cfg, Path(run_dir), run_id, _Services(board, chat, forge), clone_urls, start_wall,
-            Path(task_root),
+            host_id, worker_ids, cfg, Path(run_dir), run_id, _Services(board, chat, forge, gateway), clone_urls,
+            start_wall, Path(task_root),
         )
         gc.freeze()  # what is alive now lives as long as the actor: full collections skip it (see actors/board.py)
 

@@ -77,6 +77,81 @@ class ServicesConfig(BaseModel):
     """host:port the webhook intake listens on (default: 0.0.0.0 and the port of the bootstrap's --intake-url)."""
 
 
+class ModelLimit(BaseModel):
+    """Cluster-wide limits of one provider/model, as the provider gives them (every node's gateway gets a
+    share, by demand); None: no limit of that kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rpm: float | None = None
+    """Requests per minute."""
+    tpm: float | None = None
+    """Tokens (input + output) per minute."""
+    max_streams: int | None = None
+    """Calls in flight at once (streaming or not)."""
+
+
+class BudgetConfig(BaseModel):
+    """Spending caps; None: no cap. A worker at its cap is stopped (its claims released) and the run goes on;
+    at the run's cap the run winds down as at its deadline. Caps are checked before each call: the call that
+    crosses one completes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker_usd: float | None = None
+    """Dollars per worker."""
+    worker_tokens: int | None = None
+    """Tokens (input + output) per worker."""
+    run_usd: float | None = None
+    """Dollars for the whole run."""
+    run_tokens: int | None = None
+    """Tokens for the whole run."""
+
+
+class RetryConfig(BaseModel):
+    """How the gateway retries a provider's 429/5xx (agensh_ray/services/gateway/retry.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = 8
+    """Attempts per call before giving up (the agent then gets the provider's last answer)."""
+    give_up_s: float = 600.0
+    """Give up when the next wait would pass this many seconds since the call arrived."""
+    base_s: float = 1.0
+    """First backoff without a Retry-After (doubles each attempt, full jitter)."""
+    max_wait_s: float = 60.0
+    """Longest single wait, Retry-After included."""
+    jitter: float = 0.3
+    """A Retry-After wait is stretched by up to this fraction, at random."""
+
+
+class GatewayConfig(BaseModel):
+    """The model gateway between every agent and its provider (docs/real-agents.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None
+    """None: on for a real harness whose provider endpoint or key is configured; off for sim."""
+    limits: dict[str, ModelLimit] = Field(default_factory=dict)
+    """Limits by "provider/model", "provider/*" or "*" (the most specific key applies)."""
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    prices: Path | None = None
+    """A JSON file of prices in LiteLLM's format; its models win over LiteLLM's map."""
+    burst_s: float = 1.0
+    """Requests and tokens a gateway may send at once, in seconds of its rate."""
+    sync_interval_s: float = 1.0
+    """How often each node's gateway reports demand and spending and gets its share (wall seconds)."""
+    failure_backoff_s: float = 60.0
+    """A worker whose turn's model calls failed waits this long before its next turn, doubling per failed
+    turn in a row (schedule seconds)."""
+    failure_backoff_max_s: float = 1800.0
+    """The longest such wait (schedule seconds)."""
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 600.0
+    """Longest silence of a provider's answer before the call counts as failed."""
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -121,6 +196,7 @@ class RunConfig(BaseModel):
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":

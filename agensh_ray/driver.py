@@ -85,6 +85,7 @@ class Run:
         self._board_cursor = self._forge_cursor = 0
         self._prs_open = self._prs_merged = 0
         self._owns_ray = False
+        self.gateways = None
 
     def say(self, text: str) -> None:
         elapsed = time.time() - self.t0 if self.t0 else 0.0
@@ -126,6 +127,10 @@ class Run:
         ray.get([self.forge.add_user.remote(w) for w in [*self.workers, "admin"]])
         self.clone_urls = dict(zip(self.workers, ray.get([self.forge.clone_url.remote(w) for w in self.workers])))
         self.driver_trace = TraceWriter(self.run_dir, "driver", self.run_id)
+        if self.cfg.gateway.enabled:  # one per node, before the hosts that look theirs up by name
+            from agensh_ray.actors.gateway import Gateways
+
+            self.gateways = Gateways(self.cfg, self.run_dir, self.run_id, self.on_head)
 
     def _start_hosts(self) -> None:
         from agensh_ray.actors.router import RouterActor
@@ -189,10 +194,17 @@ class Run:
         self._open_prs = self._prs_open
         self._board_total = sum(self._types.values())
         self._forge_events = self._forge_cursor
+        model = ""
+        if self.gateways is not None:
+            g = self.gateways.status()
+            model = (f" | model {g.get('calls', 0)} calls, {g.get('retries', 0)} retried, "
+                     f"{g.get('gave_up', 0) + g.get('cut', 0) + g.get('error', 0)} failed, ${g.get('usd', 0):.2f}")
         return (
             f"workers {st.get('launched', 0)}/{len(self.workers)} up, {st.get('in_turn', 0)} in a turn, "
-            f"{st.get('idle', 0)} idle, {st.get('crashed', 0)} crashed | board {self._board_total} ({board or 'empty'}) | "
-            f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}"
+            f"{st.get('idle', 0)} idle, {st.get('crashed', 0)} crashed, {st.get('turn_errors', 0)} turn errors"
+            + (f", {st['budget_stopped']} stopped at budget" if st.get("budget_stopped") else "")
+            + f" | board {self._board_total} ({board or 'empty'}) | "
+            f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}{model}"
         )
 
     def _score(self, checkpoint: str) -> None:
@@ -239,7 +251,11 @@ class Run:
                     r.ensure_started.remote()
                 st = self._status()
                 self.say(self._progress(st))
+                self._turn_errors = st.get("turn_errors", 0)
                 next_progress = now + 5.0
+                if self.gateways is not None and (why := self.gateways.signal()):
+                    self.say(f"{why}: stopping as at the deadline")
+                    return
                 if cfg.stop_when_done and next_launch == len(self.workers):
                     # Done = a whole idle-nudge cycle passed with no board write, no forge event and no open
                     # PR, after every worker took a turn: nudged workers found nothing left to do.
@@ -266,6 +282,12 @@ class Run:
             f"run {self.run_id}: {len(self.workers)} workers, harness {self.cfg.harness}, task {self.task.name}, "
             f"{self.cfg.minutes:g} schedule minutes at time scale {self.cfg.time_scale:g} -> {self.run_dir}"
         )
+        (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        from agensh_ray.agent.harness import gateway_decision
+
+        on, why = gateway_decision(self.cfg.harness, self.cfg.gateway.enabled)
+        self.cfg = self.cfg.model_copy(update={"gateway": self.cfg.gateway.model_copy(update={"enabled": on})})
+        self.say(f"model gateway: {why}")
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         self._init_ray()
         self._slots = ray.cluster_resources().get("agent_slot")
@@ -317,11 +339,21 @@ class Run:
             "board_entries": dict(Counter(e.type.value for e in entries)),
             "dms": sum(m.to is not None for m in msgs),
             "channel_posts": sum(m.to is None for m in msgs),
+            "turn_errors": getattr(self, "_turn_errors", 0),
+            **self._model_summary(),
             "score": res.pass_rate,
             "tests_passed": res.passed,
             "tests_total": res.total,
             "run_dir": str(self.run_dir),
         }
+
+    def _model_summary(self) -> dict:
+        """What the model gateway counted (nothing without one)."""
+        if self.gateways is None:
+            return {}
+        g = self.gateways.status()
+        return {"model_calls": g.get("calls", 0), "model_retries": g.get("retries", 0),
+                "model_tokens": g.get("tokens", 0), "model_cost_usd": round(g.get("usd", 0.0), 6)}
 
     def _print_summary(self, s: dict) -> None:
         (self.run_dir / "summary.json").write_text(json.dumps(s, indent=2))
@@ -333,6 +365,8 @@ class Run:
             f"{s['merge_conflicts']} merge conflicts ({s['merge_conflicts_resolved']} resolved and merged)",
             f"  board          {sum(s['board_entries'].values())} entries ({board})",
             f"  messages       {s['dms']} DMs, {s['channel_posts']} channel posts",
+            *([f"  model calls    {s['model_calls']} through the gateway ({s['model_retries']} retried), "
+               f"{s['model_tokens']:,} tokens, ${s['model_cost_usd']:.4f}"] if "model_calls" in s else []),
             f"  score          {s['score']:.0%} of hidden tests ({s['tests_passed']}/{s['tests_total']})",
             f"  run folder     {s['run_dir']}",
             f"  query it:      python -m agensh_ray.analysis.query {s['run_dir']} merges  (no name: every question)",
@@ -340,6 +374,8 @@ class Run:
         print("\n".join(lines), file=self.out, flush=True)
 
     def _teardown(self) -> None:
+        if self.gateways is not None:
+            self.gateways.stop()
         for r in getattr(self, "routers", []):
             ray.kill(r, no_restart=True)
         for name in ("chat", "forge"):

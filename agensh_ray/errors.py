@@ -106,3 +106,8 @@ class ProvisionError(Exception):
 class HostGone(Exception):
     """A worker host a router feeds is gone for good (its actor died): the router stops routing to it.
     Any other error of a delivery is transient: the router sends the batch again."""
+
+
+class GatewayError(ValueError):
+    """The model gateway cannot be set up as asked (no price map, a bad override or limits file, no upstream
+    for the harness); the message names the file or setting and what to do."""

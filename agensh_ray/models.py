@@ -158,3 +158,28 @@ class Delivery(BaseModel):
     """board | dm | channel | forge | nudge | share_findings | wind_down | summary"""
     text: str
     enqueue_ts: int
+
+
+class GatewayEndpoint(BaseModel):
+    """What an agent gets instead of its provider's endpoint and credential: its node's model gateway."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str
+    """The gateway's URL for the agent's provider route (http://127.0.0.1:<port>/<provider>)."""
+    key: str
+    """The worker's virtual key (worthless outside the gateway)."""
+
+
+class TurnReport(BaseModel):
+    """What the model gateway saw of one worker's model calls since a moment (the start of a turn)."""
+
+    model_config = ConfigDict(extra="forbid")
+    calls: int = 0
+    failed: int = 0
+    """Calls that ended in an error the agent saw (the gateway gave up, the stream was cut, refused)."""
+    last_failed: bool = False
+    """The last call of the span failed: the turn ended on a failing model."""
+    error: str | None = None
+    """The last failure: provider, model, the provider's status and message, attempts."""
+    budget: str | None = None
+    """Set when the worker (or the run) is at its budget cap: the refusal text."""

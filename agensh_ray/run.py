@@ -20,8 +20,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agensh_ray.agent.harness import get_harness
-from agensh_ray.config import RoutingConfig, RunConfig, ServicesConfig, SimConfig
-from agensh_ray.errors import HarnessError, TaskError
+from agensh_ray.config import GatewayConfig, ModelLimit, RoutingConfig, RunConfig, ServicesConfig, SimConfig
+from agensh_ray.errors import CapacityError, HarnessError, TaskError
 from agensh_ray.task import Task
 
 log = logging.getLogger("agensh.run")
@@ -81,6 +81,24 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
                    help="with fewer free agent slots than workers, wait for slots instead of refusing")
     p.add_argument("--worker-memory-mb", type=int, default=None,
                    help="memory Ray reserves per worker (default 450 for real agents, 0 for sim)")
+    # -- the model gateway (docs/real-agents.md) --
+    gw = p.add_mutually_exclusive_group()
+    gw.add_argument("--gateway", dest="gateway", action="store_true", default=None,
+                    help="agents reach their model through the run's gateway (default: yes for a real harness whose "
+                    "endpoint or key is set; an error if it cannot stand in for the harness's endpoint)")
+    gw.add_argument("--no-gateway", dest="gateway", action="store_false", help="agents call their provider directly")
+    p.add_argument("--gateway-config", type=Path, default=None,
+                   help="JSON file of gateway settings (limits per provider/model, budgets, retries, prices; the "
+                   "GatewayConfig fields in agensh_ray/config.py); the flags below override it")
+    p.add_argument("--rpm", type=float, default=None, help="gateway: requests per minute, the whole cluster, any model")
+    p.add_argument("--tpm", type=float, default=None, help="gateway: tokens per minute, the whole cluster, any model")
+    p.add_argument("--max-streams", type=int, default=None, help="gateway: model calls in flight at once, cluster-wide")
+    p.add_argument("--budget-worker-usd", type=float, default=None, help="gateway: dollars per worker, then it stops")
+    p.add_argument("--budget-worker-tokens", type=int, default=None, help="gateway: tokens per worker, then it stops")
+    p.add_argument("--budget-run-usd", type=float, default=None, help="gateway: dollars for the run, then it winds down")
+    p.add_argument("--budget-run-tokens", type=int, default=None, help="gateway: tokens for the run, then it winds down")
+    p.add_argument("--prices", type=Path, default=None,
+                   help="gateway: JSON prices in LiteLLM's format; its models win over LiteLLM's price map")
     p.add_argument("--think", type=float, default=20.0, help="sim: schedule seconds per step")
     p.add_argument("--bug-rate", type=float, default=0.25, help="sim: probability a first attempt fails its check")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -94,6 +112,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         get_harness(a.harness)
+        gateway = gateway_config(a)
         return RunConfig(
             workers=a.workers,
             task=a.task,
@@ -115,9 +134,26 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             sim=SimConfig(think_s=a.think, bug_rate=a.bug_rate),
             services=ServicesConfig(secrets=a.secrets.resolve() if a.secrets else None, gitea_url=a.gitea_url,
                                     mattermost_url=a.mattermost_url, intake_listen=a.intake_listen),
+            gateway=gateway,
         )
-    except (ValidationError, HarnessError) as exc:
+    except (ValidationError, HarnessError, OSError) as exc:
         p.error(str(exc))
+
+
+def gateway_config(a: argparse.Namespace) -> GatewayConfig:
+    """The gateway's settings: the --gateway-config file, then the flags."""
+    cfg = GatewayConfig.model_validate_json(a.gateway_config.read_text()) if a.gateway_config else GatewayConfig()
+    limit = {k: v for k, v in (("rpm", a.rpm), ("tpm", a.tpm), ("max_streams", a.max_streams)) if v is not None}
+    if limit:
+        cfg.limits["*"] = ModelLimit(**{**(cfg.limits["*"].model_dump() if "*" in cfg.limits else {}), **limit})
+    budget = {k: v for k, v in (("worker_usd", a.budget_worker_usd), ("worker_tokens", a.budget_worker_tokens),
+                                ("run_usd", a.budget_run_usd), ("run_tokens", a.budget_run_tokens)) if v is not None}
+    cfg.budget = cfg.budget.model_copy(update=budget)
+    if a.prices is not None:
+        cfg.prices = a.prices.resolve()
+    if a.gateway is not None:
+        cfg.enabled = a.gateway
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,11 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from agensh_ray.driver import Run
-    from agensh_ray.errors import CapacityError
 
     try:
         summary = Run(cfg, task, verbose=VERBOSE).execute()
-    except CapacityError as exc:
+    except (CapacityError, HarnessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     return 0 if summary is not None else 1

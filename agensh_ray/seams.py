@@ -6,7 +6,7 @@ Two families:
 * the **services**, as their adapters implement them (`Forge`, `Chat`: plain,
   synchronous objects, one per run, living inside the forge and chat actors);
 * what a **worker host** awaits (`BoardAccess`, `ChatAccess`, `ForgeAccess`,
-  gathered in `Services`): in a run these are facades over Ray actors; in
+  gathered in `Services`, and `GatewayAccess`, its node's model gateway): in a run these are facades over Ray actors; in
   tests, the same plain objects called in-process. The host never knows which.
 
 And the two seams inside a worker host: `AgentSession` (one worker's agent
@@ -22,7 +22,17 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, ForgeEvent, Issue, PullRequest, ReviewVerdict
+from agensh_ray.models import (
+    BoardEntry,
+    BoardEntryIn,
+    ChatMessage,
+    ForgeEvent,
+    GatewayEndpoint,
+    Issue,
+    PullRequest,
+    ReviewVerdict,
+    TurnReport,
+)
 
 # ---------------------------------------------------------------------------- services
 
@@ -133,8 +143,19 @@ class ForgeAccess(Protocol):
     async def pr_merge(self, number: int, merger: str) -> PullRequest: ...
 
 
+class GatewayAccess(Protocol):
+    """The model gateway of the host's node (services/gateway), awaited by the host."""
+
+    async def endpoint(self, workers: list[str]) -> dict[str, GatewayEndpoint]:
+        """Each worker's gateway URL and virtual key, for its agent's environment."""
+
+    async def turn_report(self, worker: str, since_us: int) -> TurnReport:
+        """What the worker's model calls met since `since_us` (failures, a budget cap)."""
+
+
 class Services(Protocol):
-    """The shared services of a run, as one worker host reaches them."""
+    """The shared services of a run, as one worker host reaches them (`gateway`: optional attribute, present
+    when the run's agents go through the model gateway)."""
 
     board: BoardAccess
     chat: ChatAccess

@@ -1,12 +1,15 @@
 -- Cost: tokens in/out and cost per worker, per role and for the run, and cost per merged PR.
--- calls: one row per charged model call and the model that prices it. Here, table usage: tokens as
--- the agent reports them, one row per turn (the sim agent reports none, so sim runs cost 0); its rows
--- name no model, so they are priced by the price-table row named like the run's harness. (Only this
--- CTE knows where calls come from: a table of the model requests themselves slots in here.)
+-- calls: one row per charged model call and the model that prices it. A run whose agents went through
+-- the model gateway (table llm_calls has rows) counts those: one row per model request, tokens from the
+-- provider's usage fields (input_tokens include cached ones), cost as the gateway priced it (LiteLLM's
+-- price map or the run's override; cost_basis 'gateway'). Otherwise table usage: tokens as the agent
+-- reports them, one row per turn (the sim agent reports none, so sim runs cost 0); its rows name no
+-- model, so they are priced by the price-table row named like the run's harness. (Only this CTE knows
+-- where calls come from.)
 -- Price: view `prices` (analysis/prices.csv by default, USD per million tokens): cost_usd =
 -- input_tokens x input price + output_tokens x output price; a call whose model has no price row costs
 -- what the agent reported (reported_cost_usd). cost_basis says which: price table | agent-reported |
--- mixed | none (no calls).
+-- mixed | gateway | none (no calls).
 -- Every call counts in the run's total: calls with no worker, or by someone not among the run's
 -- workers, are their own worker lines with role 'unattributed'.
 -- Roles: view `workers` (see roles.sql). merged_prs: merged PRs authored by the worker(s) (for the
@@ -14,13 +17,21 @@
 -- call was recorded: cost_basis 'none' is no cost known, not a cost of 0).
 -- level: run (one row), role (one per role present), worker (one per worker, plus unattributed).
 WITH calls AS (
-    SELECT u.worker_id, r.harness AS model, u.input_tokens, u.output_tokens, u.cost_usd AS reported_cost_usd
+    SELECT worker_id, model_used AS model, input_tokens, output_tokens, CAST(NULL AS DOUBLE) AS reported_cost_usd,
+           coalesce(cost_usd, 0) AS gateway_cost_usd, true AS via_gateway
+    FROM llm_calls
+    UNION ALL
+    SELECT u.worker_id, r.harness AS model, u.input_tokens, u.output_tokens, u.cost_usd AS reported_cost_usd,
+           CAST(NULL AS DOUBLE) AS gateway_cost_usd, false AS via_gateway
     FROM usage u, run_info r
+    WHERE NOT EXISTS (SELECT 1 FROM llm_calls)
 ),
 priced AS (
     SELECT c.worker_id, coalesce(c.input_tokens, 0) AS input_tokens, coalesce(c.output_tokens, 0) AS output_tokens,
-           coalesce(c.reported_cost_usd, 0) AS reported_cost_usd, p.model IS NOT NULL AS priced,
-           CASE WHEN p.model IS NOT NULL
+           coalesce(c.reported_cost_usd, 0) AS reported_cost_usd,
+           NOT c.via_gateway AND p.model IS NOT NULL AS priced, c.via_gateway,
+           CASE WHEN c.via_gateway THEN c.gateway_cost_usd
+                WHEN p.model IS NOT NULL
                 THEN (coalesce(c.input_tokens, 0) * p.input_usd_per_mtok
                       + coalesce(c.output_tokens, 0) * p.output_usd_per_mtok) / 1e6
                 ELSE coalesce(c.reported_cost_usd, 0) END AS cost_usd
@@ -29,7 +40,8 @@ priced AS (
 u AS (
     SELECT worker_id, sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
            sum(reported_cost_usd) AS reported_cost_usd, sum(cost_usd) AS cost_usd,
-           count(*) AS calls, count(*) FILTER (WHERE priced) AS priced_calls
+           count(*) AS calls, count(*) FILTER (WHERE priced) AS priced_calls,
+           count(*) FILTER (WHERE via_gateway) AS gateway_calls
     FROM priced GROUP BY worker_id
 ),
 w AS (
@@ -37,7 +49,8 @@ w AS (
            w.worker_id IS NOT NULL AS is_worker, coalesce(w.prs_merged, 0) AS prs_merged,
            coalesce(u.input_tokens, 0) AS input_tokens, coalesce(u.output_tokens, 0) AS output_tokens,
            coalesce(u.reported_cost_usd, 0) AS reported_cost_usd, coalesce(u.cost_usd, 0) AS cost_usd,
-           coalesce(u.calls, 0) AS calls, coalesce(u.priced_calls, 0) AS priced_calls
+           coalesce(u.calls, 0) AS calls, coalesce(u.priced_calls, 0) AS priced_calls,
+           coalesce(u.gateway_calls, 0) AS gateway_calls
     FROM workers w FULL OUTER JOIN u ON u.worker_id = w.worker_id
 ),
 g AS (
@@ -50,7 +63,8 @@ g AS (
         CAST(sum(output_tokens) AS BIGINT) AS output_tokens,
         sum(reported_cost_usd) AS reported_cost_usd,
         sum(cost_usd) AS cost_usd,
-        CASE WHEN coalesce(sum(calls), 0) = 0 THEN 'none' WHEN sum(priced_calls) = sum(calls) THEN 'price table'
+        CASE WHEN coalesce(sum(calls), 0) = 0 THEN 'none' WHEN sum(gateway_calls) = sum(calls) THEN 'gateway'
+             WHEN sum(priced_calls) = sum(calls) THEN 'price table'
              WHEN sum(priced_calls) = 0 THEN 'agent-reported' ELSE 'mixed' END AS cost_basis,
         CAST(sum(prs_merged) AS BIGINT) AS merged_prs
     FROM w

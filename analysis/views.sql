@@ -122,6 +122,17 @@ SELECT * FROM lifecycle_rows WHERE coalesce(event_id, '') = ''
 UNION ALL
 (SELECT DISTINCT ON (event_id) * FROM lifecycle_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
+CREATE OR REPLACE VIEW llm_calls_rows AS
+SELECT run_id, ts, worker_id, event_id, schema_version, gateway, provider, api, model, model_used, stream, status, http_status, input_tokens, cached_tokens, cache_write_tokens, output_tokens, cost_usd, latency_ms, ttfb_ms, queued_ms, retries, retry_statuses, error FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS gateway, CAST(NULL AS VARCHAR) AS provider, CAST(NULL AS VARCHAR) AS api, CAST(NULL AS VARCHAR) AS model, CAST(NULL AS VARCHAR) AS model_used, CAST(NULL AS BOOLEAN) AS stream, CAST(NULL AS VARCHAR) AS status, CAST(NULL AS BIGINT) AS http_status, CAST(NULL AS BIGINT) AS input_tokens, CAST(NULL AS BIGINT) AS cached_tokens, CAST(NULL AS BIGINT) AS cache_write_tokens, CAST(NULL AS BIGINT) AS output_tokens, CAST(NULL AS DOUBLE) AS cost_usd, CAST(NULL AS DOUBLE) AS latency_ms, CAST(NULL AS DOUBLE) AS ttfb_ms, CAST(NULL AS DOUBLE) AS queued_ms, CAST(NULL AS BIGINT) AS retries, CAST(NULL AS VARCHAR) AS retry_statuses, CAST(NULL AS VARCHAR) AS error WHERE false
+    UNION ALL BY NAME
+    SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/llm_calls/*.parquet', union_by_name = true)
+);
+CREATE OR REPLACE VIEW llm_calls AS
+SELECT * FROM llm_calls_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM llm_calls_rows WHERE event_id <> '' ORDER BY event_id, ts);
+
 CREATE OR REPLACE VIEW pr_changes_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, pr, pr_author, snapshot, path, status, old_start, old_lines, new_start, new_lines, function FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS pr, CAST(NULL AS VARCHAR) AS pr_author, CAST(NULL AS VARCHAR) AS snapshot, CAST(NULL AS VARCHAR) AS path, CAST(NULL AS VARCHAR) AS status, CAST(NULL AS BIGINT) AS old_start, CAST(NULL AS BIGINT) AS old_lines, CAST(NULL AS BIGINT) AS new_start, CAST(NULL AS BIGINT) AS new_lines, CAST(NULL AS VARCHAR) AS function WHERE false

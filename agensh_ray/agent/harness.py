@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agensh_ray.errors import HarnessError
+from agensh_ray.models import GatewayEndpoint
 from agensh_ray.paths import NODE_BIN
 
 BASE_ENV = (
@@ -74,6 +75,39 @@ def read_secrets(path: str | Path | None = None) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class ModelRoute:
+    """How a CLI reaches its model, so that the model gateway can stand in for the endpoint: the agent gets
+    the gateway's URL and a virtual key in `url_var` / `key_var`, and the gateway reads the real endpoint
+    and credential from the same variables (services/gateway/upstream.py)."""
+
+    provider: str
+    """The gateway route: openai | anthropic | gemini."""
+    url_var: str
+    key_var: str
+    default_url: str
+    """The provider's public endpoint, when the user names none."""
+    key_vars: tuple[tuple[str, str], ...]
+    """The user's credential variables (first set wins) and how each is sent: bearer | x-api-key | x-goog-api-key."""
+    needs: tuple[str, ...] = ()
+    """Variables of which one must be set for the gateway to apply (default: `url_var` or a key variable)."""
+    excludes: tuple[str, ...] = ()
+    """Variables that take the CLI to another kind of service (Bedrock, Vertex, Azure): set to anything but
+    0, false or the route's provider, the gateway is off."""
+    agent_env: tuple[tuple[str, str], ...] = ()
+    """Variables the agent gets when it goes through the gateway (e.g. Copilot's offline switch)."""
+
+    def applies(self, src: dict[str, str]) -> tuple[bool, str]:
+        """Whether the gateway can stand in for this CLI's endpoint as configured in `src`, and why not."""
+        for var in self.excludes:
+            if src.get(var) and src.get(var).lower() not in ("0", "false", self.provider):
+                return False, f"{var} is set: the CLI talks to another service than a {self.provider} endpoint"
+        needs = self.needs or (self.url_var, *(v for v, _ in self.key_vars))
+        if not any(src.get(v) for v in needs):
+            return False, f"none of {', '.join(needs)} is set"
+        return True, ""
+
+
+@dataclass(frozen=True)
 class Harness:
     name: str
     command: tuple[str, ...]
@@ -95,6 +129,8 @@ class Harness:
     cumulative_usage: bool = False
     """The agent's PromptResponse.usage counts the whole session, not the turn (Copilot CLI 1.0)."""
     install_hint: str = ""
+    model_route: ModelRoute | None = None
+    """How its model is reached, for the model gateway (None: the gateway cannot stand in)."""
     default_deny: tuple[str, ...] = ("rm -rf /", "git push --force origin main", "git push origin main")
     notes: str = ""
 
@@ -107,20 +143,31 @@ class Harness:
             raise HarnessError(f"harness '{self.name}': '{exe}' not found on PATH. {self.install_hint}".strip())
         return [found, *self.command[1:]]
 
-    def environment(self, home: Path, extra: dict[str, str], secrets: dict[str, str] | None = None) -> dict[str, str]:
+    def environment(self, home: Path, extra: dict[str, str], secrets: dict[str, str] | None = None,
+                    gateway: GatewayEndpoint | None = None) -> dict[str, str]:
         """The sealed environment: base whitelist + this CLI's keys + its own HOME/config dir.
 
         The interpreter's directory leads PATH, so the agent's `python3` is the one that built the
         task's reference program; `.ci/node/bin` ends it, so a CLI can start its own helpers.
+
+        Through the model `gateway`, the agent gets the gateway's URL and its virtual key instead of
+        the endpoint and every credential variable of the user's (they stay in the gateway's process).
         """
         env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
         src = {**os.environ, **(read_secrets() if secrets is None else secrets)}
         env.update(self.env_defaults)
         # A `cmd:` agent is unknown to us: it gets what the secrets file holds, nothing else of the user's.
         keys = self.env_keys if self.name != "cmd" else tuple(read_secrets() if secrets is None else secrets)
+        route = self.model_route if gateway is not None else None
         for k in keys:
             if k in src:
+                if route is not None and (k in (route.url_var, route.key_var) or SECRET_NAME.search(k)):
+                    continue
                 env[k] = src[k]
+        if route is not None:
+            env.update(route.agent_env)
+            env[route.url_var] = gateway.url
+            env[route.key_var] = gateway.key
         path = [str(Path(sys.executable).parent), *env.get("PATH", os.defpath).split(os.pathsep)]
         if NODE_BIN.is_dir():
             path.append(str(NODE_BIN))
@@ -202,6 +249,14 @@ HARNESSES: dict[str, Harness] = {
             "COPILOT_MODEL for an OpenAI-compatible endpoint (COPILOT_OFFLINE=true to skip GitHub entirely)"
         ),
         install_hint="Install it with: npm install -g @github/copilot",
+        model_route=ModelRoute(
+            provider="openai", url_var="COPILOT_PROVIDER_BASE_URL", key_var="COPILOT_PROVIDER_API_KEY",
+            default_url="https://api.openai.com/v1",
+            key_vars=(("COPILOT_PROVIDER_API_KEY", "bearer"), ("COPILOT_PROVIDER_BEARER_TOKEN", "bearer")),
+            needs=("COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY", "COPILOT_PROVIDER_BEARER_TOKEN"),
+            excludes=("COPILOT_PROVIDER_TYPE",),  # azure / anthropic provider types: not through the gateway yet
+            agent_env=(("COPILOT_OFFLINE", "true"),),
+        ),
         notes="accepts only HTTP/SSE MCP servers; chooses permission options by kind; offline with COPILOT_OFFLINE",
     ),
     "claude": Harness(
@@ -218,6 +273,12 @@ HARNESSES: dict[str, Harness] = {
         config_dir_var="CLAUDE_CONFIG_DIR",
         credentials_hint="set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for another endpoint)",
         install_hint="Install it with: npm install -g @zed-industries/claude-code-acp",
+        model_route=ModelRoute(
+            provider="anthropic", url_var="ANTHROPIC_BASE_URL", key_var="ANTHROPIC_API_KEY",
+            default_url="https://api.anthropic.com",
+            key_vars=(("ANTHROPIC_API_KEY", "x-api-key"), ("ANTHROPIC_AUTH_TOKEN", "bearer")),
+            excludes=("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
+        ),
         notes="sends tool_call twice (upsert); edits files and runs shells through fs/* and terminal/*",
     ),
     "codex": Harness(
@@ -228,6 +289,13 @@ HARNESSES: dict[str, Harness] = {
         auth=(("codex-api-key", "CODEX_API_KEY"), ("openai-api-key", "OPENAI_API_KEY")),
         credentials_hint="set OPENAI_API_KEY or CODEX_API_KEY",
         install_hint="Install it with: npm install -g @zed-industries/codex-acp",
+        # codex-acp 0.16 does not read OPENAI_BASE_URL (it needs -c openai_base_url=...): through the gateway
+        # it gets only the virtual key, so its calls fail instead of reaching a provider with a real one.
+        model_route=ModelRoute(
+            provider="openai", url_var="OPENAI_BASE_URL", key_var="OPENAI_API_KEY",
+            default_url="https://api.openai.com/v1",
+            key_vars=(("OPENAI_API_KEY", "bearer"), ("CODEX_API_KEY", "bearer")),
+        ),
         notes="takes HTTP MCP only; authenticates with an env-var method",
     ),
     "gemini": Harness(
@@ -240,9 +308,33 @@ HARNESSES: dict[str, Harness] = {
         auth=(("gemini-api-key", "GEMINI_API_KEY"), ("vertex-ai", "GOOGLE_API_KEY")),
         credentials_hint="set GEMINI_API_KEY (or GOOGLE_API_KEY with GOOGLE_GENAI_USE_VERTEXAI=true)",
         install_hint="Install it with: npm install -g @google/gemini-cli",
+        model_route=ModelRoute(
+            provider="gemini", url_var="GOOGLE_GEMINI_BASE_URL", key_var="GEMINI_API_KEY",
+            default_url="https://generativelanguage.googleapis.com",
+            key_vars=(("GEMINI_API_KEY", "x-goog-api-key"), ("GOOGLE_API_KEY", "x-goog-api-key")),
+            excludes=("GOOGLE_GENAI_USE_VERTEXAI",),
+        ),
         notes="needs --skip-trust or it silently disables MCP servers; --acp (0.61; older: --experimental-acp)",
     ),
 }
+
+
+def gateway_decision(harness: str, setting: bool | None, secrets: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Whether a run's agents go through the model gateway (`setting`: the user's choice, None for auto), and
+    why; raises HarnessError when it is asked for and cannot stand in for the harness's endpoint."""
+    h = get_harness(harness)
+    if setting is False:
+        return False, "off (--no-gateway)"
+    if h.model_route is None:
+        if setting:
+            raise HarnessError(f"harness '{h.name}' has no model endpoint the gateway can stand in for")
+        return False, f"off (the {h.name} harness calls no model provider)"
+    ok, why = h.model_route.applies({**os.environ, **(read_secrets() if secrets is None else secrets)})
+    if not ok:
+        if setting:
+            raise HarnessError(f"--gateway: the gateway cannot stand in for {h.name}'s endpoint: {why}")
+        return False, f"off ({why}; {h.name} reaches its provider directly)"
+    return True, f"on ({h.model_route.provider} route; the agents get its URL and a virtual key)"
 
 
 def get_harness(name: str) -> Harness:

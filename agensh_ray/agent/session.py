@@ -41,6 +41,7 @@ from agensh_ray.agent.client import SessionObserver, TurnUsage, WorkdirClient
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.process import AgentProcess
 from agensh_ray.errors import AgentDied, AgentNeedsCredentials, TurnFailed
+from agensh_ray.models import GatewayEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +207,9 @@ class ProcessSession(AcpSession):
         deny: list[str] | None = None,
         log_dir: Path | None = None,
         secrets: dict[str, str] | None = None,
+        gateway: GatewayEndpoint | None = None,
     ):
-        env = harness.environment(home=home, extra=extra_env or {}, secrets=secrets)
+        env = harness.environment(home=home, extra=extra_env or {}, secrets=secrets, gateway=gateway)
         super().__init__(harness, worker_id, workdir, mcp_url, observer, env, deny)
         self.home = home
         self.log_dir = log_dir or home

@@ -17,7 +17,8 @@ import json
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from agensh_ray.fakes.endpoint import SSE, FakeEndpoint, estimate_tokens, run_cli, send_json
+from agensh_ray.fakes.endpoint import FakeEndpoint, Recorded, estimate_tokens, run_cli, send_json
+from agensh_ray.fakes.faults import split_text
 from agensh_ray.fakes.script import Call, Message, Reply
 
 MODEL = "claude-sonnet-4-5-20250929"
@@ -87,7 +88,21 @@ class FakeAnthropic(FakeEndpoint):
     def tools(self, body: dict[str, Any]) -> list[str]:
         return [t.get("name", "") for t in body.get("tools") or [] if t.get("name")]
 
-    def respond(self, h: BaseHTTPRequestHandler, body: dict[str, Any], reply: Reply) -> None:
+    def error(self, h: BaseHTTPRequestHandler, status: int, message: str, retry_after: float | None,
+              limited: bool) -> None:
+        kind = {429: "rate_limit_error", 401: "authentication_error", 529: "overloaded_error"}.get(status, "api_error")
+        data = json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+        h.send_response(status)
+        h.send_header("content-type", "application/json")
+        h.send_header("content-length", str(len(data)))
+        if retry_after is not None:
+            h.send_header("retry-after", str(max(1, round(retry_after))))
+        if limited:
+            h.send_header("anthropic-ratelimit-requests-remaining", "0")
+        h.end_headers()
+        h.wfile.write(data)
+
+    def respond(self, h: BaseHTTPRequestHandler, body: dict[str, Any], reply: Reply, rec: Recorded) -> None:
         model = body.get("model") or MODEL
         mid = f"msg_{reply.worker or 'x'}_{reply.turn}_{reply.step}"
         content: list[dict[str, Any]] = []
@@ -99,11 +114,14 @@ class FakeAnthropic(FakeEndpoint):
         usage = {"input_tokens": estimate_tokens(body.get("messages", [])),
                  "output_tokens": estimate_tokens(json.dumps(content)),
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        rec.usage = {"input": usage["input_tokens"], "output": usage["output_tokens"]}
         if not body.get("stream"):
             send_json(h, 200, {"id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
                                "stop_reason": stop, "stop_sequence": None, "usage": usage})
             return
-        sse = SSE(h)
+        pieces = {i: split_text(b["text"], self.pieces) for i, b in enumerate(content) if b["type"] == "text"}
+        events = 3 + sum(2 + len(p) for p in pieces.values()) + 3 * (len(content) - len(pieces))
+        sse = self.stream(h, reply, events)
         sse.send({"type": "message_start", "message": {
             "id": mid, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": None,
             "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}}, event="message_start")
@@ -111,8 +129,9 @@ class FakeAnthropic(FakeEndpoint):
             if block["type"] == "text":
                 sse.send({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
                          event="content_block_start")
-                sse.send({"type": "content_block_delta", "index": i,
-                          "delta": {"type": "text_delta", "text": block["text"]}}, event="content_block_delta")
+                for piece in pieces[i]:
+                    sse.send({"type": "content_block_delta", "index": i,
+                              "delta": {"type": "text_delta", "text": piece}}, event="content_block_delta")
             else:
                 sse.send({"type": "content_block_start", "index": i, "content_block": {
                     "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}},

@@ -1,9 +1,13 @@
 """What the fake LLM endpoints share: a loopback HTTP server in a thread,
-the record of every request, the gates tests synchronise on, and the CLI.
+the record of every request, the gates tests synchronise on, the provider's
+failures (faults.py: rate limit, 429 storms, 5xx, 529, slow and cut streams;
+and a script step's own `fail` / `cut`), an optional API key it insists on,
+and the CLI.
 
 A wire format (OpenAI chat completions, Anthropic messages) subclasses
-`FakeEndpoint` with three methods: turn a request into a conversation, list
-its tools, and write a `Reply` (plain JSON or server-sent events).
+`FakeEndpoint` with four methods: turn a request into a conversation, list
+its tools, write a `Reply` (plain JSON or server-sent events) and write an
+error in its own shape.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import socket
 import sys
 import threading
 import time
@@ -19,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from agensh_ray.fakes.faults import Faults, FaultSchedule
 from agensh_ray.fakes.script import Message, Player, Reply, Script
 
 log = logging.getLogger(__name__)
@@ -39,6 +45,14 @@ class Recorded:
     turn: int = -1
     step: int = -1
     reply: Reply | None = None
+    status: int = 200
+    """What the endpoint answered (a fault's status, 401 for a wrong key)."""
+    usage: dict[str, int] | None = None
+    """The usage it reported (answered requests)."""
+    cut: bool = False
+    """Its stream was cut mid-way."""
+    key: str | None = None
+    """The credential the request presented."""
 
     def results(self) -> list[str]:
         """The tool results this request carries."""
@@ -52,8 +66,13 @@ class FakeEndpoint:
     base_path = ""
     """Path prefix the CLIs are pointed at (``/v1`` for OpenAI)."""
 
-    def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0, record: Path | None = None):
+    def __init__(self, script: Script, host: str = "127.0.0.1", port: int = 0, record: Path | None = None,
+                 faults: FaultSchedule | None = None, api_key: str | None = None):
         self.player = Player(script)
+        self.faults = Faults(faults)
+        self.api_key = api_key
+        """If set, a request presenting another key gets 401."""
+        self._step_seen: dict[tuple, int] = {}
         self.script = script
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
@@ -132,7 +151,8 @@ class FakeEndpoint:
     def tools(self, body: dict[str, Any]) -> list[str]:
         raise NotImplementedError
 
-    def respond(self, h: BaseHTTPRequestHandler, body: dict[str, Any], reply: Reply) -> None:
+    def respond(self, h: BaseHTTPRequestHandler, body: dict[str, Any], reply: Reply, rec: Recorded) -> None:
+        """Write the answer (setting `rec.usage` to the usage it reports)."""
         raise NotImplementedError
 
     def handle_get(self, h: BaseHTTPRequestHandler) -> None:
@@ -142,6 +162,17 @@ class FakeEndpoint:
         raise NotImplementedError
 
     # -- one request ---------------------------------------------------------------------
+    def error(self, h: BaseHTTPRequestHandler, status: int, message: str, retry_after: float | None,
+              limited: bool) -> None:
+        """An error in this wire format's shape (`limited`: a rate limit, with its remaining header at 0)."""
+        raise NotImplementedError
+
+    def presented_key(self, h: BaseHTTPRequestHandler) -> str | None:
+        auth = h.headers.get("authorization") or ""
+        if auth.lower().startswith("bearer "):
+            return auth[7:].strip()
+        return h.headers.get("x-api-key") or h.headers.get("x-goog-api-key") or None
+
     def handle_post(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         if not self.handles(h.path.split("?")[0]):
             send_json(h, 404, {"error": {"message": f"no route {h.path}", "type": "not_found"}})
@@ -153,20 +184,64 @@ class FakeEndpoint:
             reply = Reply(text=f"(fake model) {exc.args[0]}")
         rec = Recorded(
             n=0, ts=time.time(), path=h.path, body=body, messages=messages, worker=reply.worker, turn=reply.turn,
-            step=reply.step, reply=reply,
+            step=reply.step, reply=reply, key=self.presented_key(h),
         )
+        fault = self._fault(rec, reply)
         with self._cond:
             rec.n = len(self.requests) + 1
             self.requests.append(rec)
-            if self._record is not None:
-                self._record.write(json.dumps(_jsonable(rec)) + "\n")
-                self._record.flush()
             self._cond.notify_all()
-        if reply.gate:
-            self._held_event(reply.gate).set()
-            if not self._gate(reply.gate).wait(GATE_TIMEOUT_S):
-                log.warning("gate %s was never opened; answering anyway", reply.gate)
-        self.respond(h, body, reply)
+        try:
+            if fault is not None:
+                status, message, retry_after, limited = fault
+                rec.status = status
+                self.error(h, status, message, retry_after, limited)
+                return
+            if reply.gate:
+                self._held_event(reply.gate).set()
+                if not self._gate(reply.gate).wait(GATE_TIMEOUT_S):
+                    log.warning("gate %s was never opened; answering anyway", reply.gate)
+            self.respond(h, body, reply, rec)
+        except StreamCut:
+            rec.cut = True
+            h.close_connection = True  # the server closes the socket: no end of the chunked body
+        finally:
+            if self._record is not None:
+                with self._lock:
+                    self._record.write(json.dumps(_jsonable(rec)) + "\n")
+                    self._record.flush()
+
+    def _fault(self, rec: Recorded, reply: Reply) -> tuple[int, str, float | None, bool] | None:
+        """The failure this request gets, if any: a wrong key, the script step's, the rate limit, a storm."""
+        if self.api_key is not None and rec.key != self.api_key:
+            return 401, "invalid API key", None, False
+        if reply.fail or reply.cut:
+            key = (reply.worker, reply.turn, reply.step)
+            with self._lock:
+                seen = self._step_seen.get(key, 0)
+                self._step_seen[key] = seen + 1
+            if seen < len(reply.fail):
+                status = reply.fail[seen]
+                return status, f"scripted failure {status}", reply.retry_after if status in (429, 503, 529) else None, False
+            reply.cut = 1 if seen - len(reply.fail) < reply.cut else 0
+        # A storm sheds load before the rate limit counts the call (an overloaded provider refuses first).
+        hit = self.faults.injected()
+        if hit is not None:
+            status, after = hit
+            return status, ("overloaded" if status == 529 else f"injected failure {status}"), after, False
+        wait = self.faults.rate_limited()
+        if wait is not None:
+            return 429, "rate limit reached for requests", max(0.001, wait), True
+        return None
+
+    def stream(self, h: BaseHTTPRequestHandler, reply: Reply, events: int) -> SSE:
+        """The SSE writer of an answer of `events` events: slow and cut as the schedule or the step says."""
+        cut = max(1, events // 2) if reply.cut else self.faults.cut_after(events)
+        return SSE(h, self.faults.s.chunk_delay_s, cut)
+
+    @property
+    def pieces(self) -> int:
+        return self.faults.s.chunks
 
     call_prefix = "call"
 
@@ -183,6 +258,10 @@ class FakeEndpoint:
         p.add_argument("--host", default="127.0.0.1")
         p.add_argument("--port", type=int, default=default_port)
         p.add_argument("--record", type=Path, default=None, help="append every request as a JSON line to this file")
+        p.add_argument("--faults", type=Path, default=None,
+                       help="a fault schedule JSON file (rate limit, 429 storms, 5xx, slow and cut streams; see "
+                       "agensh_ray/fakes/faults.py)")
+        p.add_argument("--api-key", default=None, help="answer 401 to requests that do not present this key")
         a = p.parse_args(argv)
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         if a.script == "textkit":
@@ -191,7 +270,8 @@ class FakeEndpoint:
             script = textkit_script(a.workers)
         else:
             script = Script.load(a.script)
-        ep = cls(script, host=a.host, port=a.port, record=a.record)
+        faults = FaultSchedule.load(a.faults) if a.faults else None
+        ep = cls(script, host=a.host, port=a.port, record=a.record, faults=faults, api_key=a.api_key)
         print(f"{cls.name} fake endpoint listening on {ep.url}", flush=True)
         try:
             ep._server.serve_forever()
@@ -214,6 +294,9 @@ def _jsonable(rec: Recorded) -> dict[str, Any]:
         "reply": None
         if reply is None
         else {"text": reply.text, "calls": [{"id": c.id, "name": c.name, "args": c.args} for c in reply.calls]},
+        "status": rec.status,
+        "usage": rec.usage,
+        "cut": rec.cut,
         "body": rec.body,
     }
 
@@ -227,11 +310,19 @@ def send_json(h: BaseHTTPRequestHandler, status: int, obj: Any) -> None:
     h.wfile.write(data)
 
 
-class SSE:
-    """Server-sent events over a chunked HTTP/1.1 response."""
+class StreamCut(Exception):
+    """The fake cuts this stream here (a provider's connection dropping mid-answer)."""
 
-    def __init__(self, h: BaseHTTPRequestHandler):
+
+class SSE:
+    """Server-sent events over a chunked HTTP/1.1 response; `delay_s` before each event after the first, and
+    cut (StreamCut) before event number `cut_after`."""
+
+    def __init__(self, h: BaseHTTPRequestHandler, delay_s: float = 0.0, cut_after: int | None = None):
         self.h = h
+        self.delay_s = delay_s
+        self.cut_after = cut_after
+        self.n = 0
         h.send_response(200)
         h.send_header("content-type", "text/event-stream")
         h.send_header("cache-control", "no-cache")
@@ -243,6 +334,11 @@ class SSE:
         self.h.wfile.flush()
 
     def send(self, data: Any, event: str | None = None) -> None:
+        if self.cut_after is not None and self.n >= self.cut_after:
+            raise StreamCut()
+        if self.n and self.delay_s:
+            time.sleep(self.delay_s)
+        self.n += 1
         payload = data if isinstance(data, str) else json.dumps(data)
         head = f"event: {event}\n" if event else ""
         self._chunk(f"{head}data: {payload}\n\n".encode())
@@ -271,6 +367,11 @@ class _Server(ThreadingHTTPServer):
 def _handler(ep: FakeEndpoint) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            # As a provider's server does: each SSE event leaves at once (no Nagle wait on the last small write).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug("%s " + fmt, ep.name, *args)

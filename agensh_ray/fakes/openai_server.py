@@ -18,7 +18,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from agensh_ray.fakes.endpoint import SSE, FakeEndpoint, estimate_tokens, run_cli, send_json
+from agensh_ray.fakes.endpoint import FakeEndpoint, Recorded, estimate_tokens, run_cli, send_json
+from agensh_ray.fakes.faults import split_text
 from agensh_ray.fakes.script import Call, Message, Reply
 
 MODEL = "gpt-4.1"
@@ -76,7 +77,22 @@ class FakeOpenAI(FakeEndpoint):
     def tools(self, body: dict[str, Any]) -> list[str]:
         return [t.get("function", {}).get("name", "") for t in body.get("tools") or []]
 
-    def respond(self, h: BaseHTTPRequestHandler, body: dict[str, Any], reply: Reply) -> None:
+    def error(self, h: BaseHTTPRequestHandler, status: int, message: str, retry_after: float | None,
+              limited: bool) -> None:
+        kind = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, "server_error")
+        data = json.dumps({"error": {"message": message, "type": kind, "code": kind}}).encode()
+        h.send_response(status)
+        h.send_header("content-type", "application/json")
+        h.send_header("content-length", str(len(data)))
+        if retry_after is not None:
+            h.send_header("retry-after-ms", str(int(retry_after * 1000)))
+            h.send_header("retry-after", str(max(1, round(retry_after))))
+        if limited:
+            h.send_header("x-ratelimit-remaining-requests", "0")
+        h.end_headers()
+        h.wfile.write(data)
+
+    def respond(self, h: BaseHTTPRequestHandler, body: dict[str, Any], reply: Reply, rec: Recorded) -> None:
         model = body.get("model") or MODEL
         created = int(time.time())
         cid = f"chatcmpl-{reply.worker or 'x'}-{reply.turn}-{reply.step}"
@@ -86,6 +102,7 @@ class FakeOpenAI(FakeEndpoint):
             "completion_tokens": estimate_tokens(reply.text + "".join(json.dumps(c.args) for c in reply.calls)),
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        rec.usage = {"input": usage["prompt_tokens"], "output": usage["completion_tokens"]}
         tool_calls = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.args)}}
             for c in reply.calls
@@ -99,22 +116,24 @@ class FakeOpenAI(FakeEndpoint):
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage,
             })
             return
-        sse = SSE(h)
+        pieces = split_text(reply.text, self.pieces) if reply.text else []
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        sse = self.stream(h, reply, 3 + len(pieces) + 2 * len(tool_calls) + with_usage)
         base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> None:
             sse.send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
 
         chunk({"role": "assistant", "content": ""})
-        if reply.text:
-            chunk({"content": reply.text})
+        for piece in pieces:
+            chunk({"content": piece})
         for i, tc in enumerate(tool_calls):
             fn = tc["function"]
             chunk({"tool_calls": [{"index": i, "id": tc["id"], "type": "function",
                                    "function": {"name": fn["name"], "arguments": ""}}]})
             chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
         chunk({}, finish)
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if with_usage:
             sse.send({**base, "choices": [], "usage": usage})
         sse.send("[DONE]")
         sse.end()

@@ -15,6 +15,8 @@ serves every worker of a run with a different script each.
              say           assistant text; a step with only text ends the turn
              when/unless   regex on the last tool result: skip the step unless/if it matches
              gate          hold the answer until a test opens the gate
+             fail / cut    answer the first requests for the step with errors (429
+                           with Retry-After, 500, 529, ...) or a stream cut mid-way
 
 Arguments are templates: ``${worker}``, ``${cwd}`` (the agent's working
 directory, from its system prompt) and ``${pr}`` (the last ``PR #N`` a tool
@@ -58,6 +60,12 @@ class Step(BaseModel):
     """Skip this step if the last tool result matches this regex."""
     gate: str | None = None
     """Hold the answer until the endpoint's gate of this name is opened (tests synchronise on it)."""
+    fail: list[int] = Field(default_factory=list)
+    """Answer the first requests for this step with these statuses (429, 500, 529, ...), then the step."""
+    retry_after: float | None = 1.0
+    """The Retry-After those failures carry (None: none)."""
+    cut: int = 0
+    """Cut the stream of this step's answer mid-way this many times first."""
 
 
 class Turn(BaseModel):
@@ -116,6 +124,9 @@ class Reply:
     worker: str | None = None
     turn: int = -1
     step: int = -1
+    fail: list[int] = field(default_factory=list)
+    retry_after: float | None = None
+    cut: int = 0
 
 
 @dataclass
@@ -199,7 +210,8 @@ class Player:
         step = self.script.turns_for(pos.worker)[pos.turn].steps[pos.step]
         env = {"worker": pos.worker or "", "cwd": pos.cwd or ".", "pr": _last_pr(messages)}
         reply = Reply(
-            text=_fill(step.say or "", env), gate=step.gate, worker=pos.worker, turn=pos.turn, step=pos.step
+            text=_fill(step.say or "", env), gate=step.gate, worker=pos.worker, turn=pos.turn, step=pos.step,
+            fail=step.fail, retry_after=step.retry_after, cut=step.cut,
         )
         if step.tool:
             name = resolve_tool(step.tool, tools)

@@ -5,7 +5,7 @@ gather (board_read) -> claim (board_write CLAIM) -> act (the CLI's own file
 tool writes the module, its shell adds the registry line and runs the
 visible check) -> merge (commit and push a branch, pr_create, bring main in
 with a union merge of the registry, pr_merge; on a conflict merge main again
-and retry) -> board_write PATCH_SUMMARY. Tool names are Copilot CLI's
+and retry, up to MERGE_RETRIES times) -> board_write PATCH_SUMMARY. Tool names are Copilot CLI's
 (`bash`, `create`); ours are found by suffix.
 """
 
@@ -15,6 +15,10 @@ import shlex
 
 from agensh_ray.fakes.script import Script, Step, Turn
 from agensh_ray.task import Task
+
+
+MERGE_RETRIES = 6
+"""Conflicts a worker's PR survives (each one a peer that merged first)."""
 
 
 def _bash(command: str, description: str) -> Step:
@@ -57,8 +61,11 @@ def feature_turn(task: Task, index: int, dm_gate: str | None = None) -> Turn:
                                          "body": f"Adds {f.module} and its registry line; check.py {f.name} passes."}),
             _bash(sync_main, "bring main into the branch and re-run every check"),
             Step(tool="pr_merge", args={"number": "${pr}"}),
-            _bash(sync_main, "merge main again after the conflict").model_copy(update={"when": "ERROR"}),
-            Step(tool="pr_merge", args={"number": "${pr}"}, unless=r"merged: PR #\d+"),
+            # Each conflict (a peer merged first): merge main again and retry, up to MERGE_RETRIES times.
+            *[step for _ in range(MERGE_RETRIES) for step in (
+                _bash(sync_main, "merge main again after the conflict").model_copy(update={"when": "ERROR"}),
+                Step(tool="pr_merge", args={"number": "${pr}"}, unless=r"merged: PR #\d+"),
+            )],
             Step(
                 tool="board_write",
                 args={"type": "PATCH_SUMMARY",

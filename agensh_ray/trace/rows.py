@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agensh_ray.models import now_us
 
-SCHEMA_VERSION = 2
-"""1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there)."""
+SCHEMA_VERSION = 3
+"""1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there).
+3: the llm_calls table added (older runs have none)."""
 
 
 class TraceRow(BaseModel):
@@ -176,13 +177,62 @@ class LifecycleRow(TraceRow):
     """One row per change in a worker's life (its agent process started, stopped, crashed, ...)."""
 
     event: str
-    """started | stopped | crashed | restarted | gave_up."""
+    """started | stopped | crashed | restarted | gave_up | turn_error (the turn failed: the agent's error, or
+    its model calls failed through the gateway, with the provider's status)."""
     detail: str = ""
     """Why, or the harness used."""
     host: str = ""
     """The host (WorkerActor) running it."""
     pid: int | None = None
     """The agent process id."""
+
+
+class LlmCallRow(TraceRow):
+    """One row per model call an agent made through the model gateway (`worker_id`: whose virtual key it
+    carried), written by the gateway of the agent's node when the call ends, however it ends. The tokens
+    are the provider's own count (its usage fields, streams included); the cost prices them by the model
+    that answered (LiteLLM's price map, or the run's override file)."""
+
+    gateway: str
+    """The gateway that carried it (the node's)."""
+    provider: str
+    """openai | anthropic | gemini (the gateway route)."""
+    api: str
+    """chat (OpenAI chat completions) | responses (OpenAI responses) | messages (Anthropic) | generate (Gemini)."""
+    model: str
+    """The model asked for."""
+    model_used: str | None = None
+    """The model the provider says answered (priced by this one when known)."""
+    stream: bool = False
+    """Whether the answer was streamed."""
+    status: str
+    """ok | error (the provider refused it: 4xx, or an error inside the stream) | gave_up (retries exhausted)
+    | cut (the stream broke after bytes reached the agent) | refused (a budget cap) | client_gone (the agent
+    hung up first)."""
+    http_status: int | None = None
+    """The HTTP status the agent got (null if it hung up before any)."""
+    input_tokens: int = 0
+    """Input tokens, cache reads and writes included (the provider's count)."""
+    cached_tokens: int = 0
+    """Input tokens read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the provider's prompt cache (Anthropic)."""
+    output_tokens: int = 0
+    """Output tokens, reasoning included."""
+    cost_usd: float | None = None
+    """What the call cost; null when no price table knows the model."""
+    latency_ms: float
+    """From the call's arrival at the gateway to its last byte (queueing and retries included)."""
+    ttfb_ms: float | None = None
+    """From arrival to the first byte passed to the agent."""
+    queued_ms: float = 0.0
+    """Time spent waiting for room under the limits (every attempt)."""
+    retries: int = 0
+    """Attempts after the first."""
+    retry_statuses: str = ""
+    """The provider's answers that were retried, in order (e.g. "429,429,500"; "conn" for no answer)."""
+    error: str | None = None
+    """The last error: the provider's status and message, or the refusal."""
 
 
 class PrChangeRow(TraceRow):
@@ -242,6 +292,7 @@ TABLES: dict[str, type[TraceRow]] = {
     "deliveries": DeliveryRow,
     "scores": ScoreRow,
     "lifecycle": LifecycleRow,
+    "llm_calls": LlmCallRow,
     "pr_changes": PrChangeRow,
     "intake": IntakeRow,
 }

@@ -27,7 +27,7 @@ from agensh_ray.agent.harness import Harness, get_harness
 from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.config import RunConfig
-from agensh_ray.models import Delivery, now_us
+from agensh_ray.models import BoardEntryIn, Delivery, GatewayEndpoint, now_us
 from agensh_ray.routing import HIGH, HostInbox, TurnClock
 from agensh_ray.seams import AgentSession
 from agensh_ray.tools import ToolServer
@@ -78,12 +78,17 @@ class WorkerHost:
         self.shared = self.harness.name == "sim" and len(worker_ids) > 1
         """Simulation packing: one sim process serves all of this host's workers (agent/mux.py)."""
         self._shared_agent: SharedAgent | None = None
+        self.gateway = getattr(services, "gateway", None)
+        """The node's model gateway (`agensh_ray.seams.GatewayAccess`), or None: agents reach their provider."""
+        self.endpoints: dict[str, GatewayEndpoint] = {}
         self.stopping = asyncio.Event()
         self._clock_event: asyncio.Event | None = None
         self._clock_task: asyncio.Task | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        if self.gateway is not None and not self.shared:
+            self.endpoints = await self.gateway.endpoint(list(self.workers))
         await self.tools.start()
         self._clock_event = asyncio.Event()
         self._clock_task = asyncio.create_task(self._clock(), name=f"clock-{self.host_id}")
@@ -116,10 +121,26 @@ class WorkerHost:
         else:
             session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer,
                                      extra_env=agent_env(self.cfg, w.id, w.home, self.task_root),
-                                     log_dir=self.run_dir / "logs")
+                                     log_dir=self.run_dir / "logs", gateway=self.endpoints.get(w.id))
         w.session = session
         await session.start()
         return session
+
+    async def release_claims(self, w: Worker, why: str) -> None:
+        """A FAIL "release ..." on the board, on the worker's behalf, for each CLAIM it made since its last
+        PATCH_SUMMARY: its peers may take that work."""
+        try:
+            board = self.services.board
+            claims = [e for e in await board.agrep(".", regex=True, limit=500, type="CLAIM") if e.worker_id == w.id]
+            done = [e.seq for e in await board.agrep(".", regex=True, limit=500, type="PATCH_SUMMARY")
+                    if e.worker_id == w.id]
+            for c in claims:
+                if not done or c.seq > max(done):
+                    text = f"release {c.text}"[:70] + f": {w.id} stopped"
+                    await board.awrite(BoardEntryIn(worker_id=w.id, type="FAIL", text=text[:100], detail=why))
+        except Exception as exc:  # the stop goes on: the lifecycle row says what could not be released
+            log.warning("releasing the claims of %s failed: %s", w.id, exc)
+            self.lifecycle(w, "release_failed", f"{type(exc).__name__}: {exc}")
 
     def lifecycle(self, w: Worker, event: str, detail: str = "") -> None:
         pid = w.session.pid if w.session else None
@@ -190,6 +211,9 @@ class WorkerHost:
             "idle": sum(w.launched and not w.in_turn and not w.stopped for w in ws),
             "stopped": sum(w.stopped for w in ws),
             "crashed": sum(w.crashed for w in ws),
+            "turn_errors": sum(w.turn_errors for w in ws),
+            "backing_off": sum(w.backing_off() for w in ws),
+            "budget_stopped": sum(w.stop_reason is not None for w in ws),
             "turns": sum(w.turn for w in ws),
             "took_turn": sum(w.turn > 0 for w in ws),
             "queued": self.inbox.queued(),
@@ -212,7 +236,7 @@ class WorkerHost:
                     w.task.cancel()
                 except Exception:
                     log.exception("worker %s loop failed", w.id)
-            if w.session is not None:
+            if w.session is not None and not w.closed:
                 await w.session.close()
                 w.lifecycle("stopped")
         self.clock_changed()

@@ -14,6 +14,14 @@ When the host's own prompts are due is the worker's `TurnClock`'s decision
 When the agent process dies: record it, restart it, resume with session/load
 where supported, else start a new session with the worker prompt and the
 hand-off summary (agent/handoff.py).
+
+Through the model gateway, each turn's end asks it what the agent's model
+calls met (`TurnReport`). A turn that ended on a failing model is a
+`turn_error` with the provider's status (an agent CLI may end such a turn
+normally, with the error only in its text), and the worker waits before its
+next turn, longer for each such turn in a row, instead of prompting a dead
+endpoint. A worker at its budget cap is stopped: its claims released on the
+board, a `stopped` row saying why; the run goes on.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from agensh_ray import prompts
 from agensh_ray.agent.client import SessionObserver, ToolCallRecord
 from agensh_ray.agent.handoff import handoff_summary
 from agensh_ray.errors import AgentDied, TurnFailed
+from agensh_ray.models import TurnReport, now_us
 from agensh_ray.render import render
 from agensh_ray.routing import TurnClock
 from agensh_ray.seams import AgentSession
@@ -87,6 +96,15 @@ class Worker:
     """Board writes during the current turn."""
     handoff: bool = False
     """The next turn opens a new session: it starts with the worker prompt."""
+    turn_errors: int = 0
+    model_failures: int = 0
+    """Turns in a row that ended on a failing model (the backoff doubles with each)."""
+    resume_at: float = 0.0
+    """Schedule second before which no turn starts (backing off a failing model)."""
+    stop_reason: str | None = None
+    """Why the worker was stopped before the run's end (a budget cap)."""
+    closed: bool = False
+    """Its session is closed and its `stopped` row written."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
 
@@ -103,19 +121,32 @@ class Worker:
             return
         trigger: str | None = "first"
         try:
-            while not host.stopping.is_set():
+            while not host.stopping.is_set() and self.stop_reason is None:
                 if self.turn > 0:
                     trigger = await self.wait_for_reason()
                     if trigger is None:
                         break
                 await self.one_turn(trigger)
+            if self.stop_reason is not None:
+                await self.stop_early()
         finally:
             self.stopped = True
 
+    def backing_off(self) -> bool:
+        return not self.stopped and self.resume_at > self.host.schedule_s()
+
     async def wait_for_reason(self) -> str | None:
         """Block until something queued wakes this worker; None when the host stops. The turn is named after
-        the host's own prompts when only they woke it (so a prompt never answers a prompt)."""
+        the host's own prompts when only they woke it (so a prompt never answers a prompt). No turn starts
+        while the worker backs off a failing model."""
         while not self.host.stopping.is_set():
+            pause = self.host.cfg.wall(self.resume_at - self.host.schedule_s())
+            if pause > 0:
+                try:
+                    await asyncio.wait_for(self.host.stopping.wait(), pause)
+                except asyncio.TimeoutError:
+                    pass
+                continue
             kinds = self.host.inbox.kinds(self.id) & WAKE_KINDS
             if kinds:
                 return "events" if kinds - HOST_KINDS else sorted(kinds)[0]
@@ -142,7 +173,9 @@ class Worker:
         text = self.prompt_text(trigger)
         host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="start", trigger=trigger))
         t0 = time.perf_counter()
+        since = now_us()
         stop_reason = "error"
+        failure: str | None = None
         try:
             stop_reason, _ = await self.session.prompt(text)
         except AgentDied as exc:
@@ -150,18 +183,60 @@ class Worker:
             await self.recover(str(exc))
         except TurnFailed as exc:  # the agent answered with an error (e.g. its model endpoint failed)
             log.warning("turn %d of %s failed: %s", self.turn, self.id, exc)
-            self.lifecycle("turn_error", str(exc))
+            failure = str(exc)
         except Exception as exc:
             log.exception("turn %d of %s failed", self.turn, self.id)
-            self.lifecycle("turn_error", f"{type(exc).__name__}: {exc}")
+            failure = f"{type(exc).__name__}: {exc}"
         finally:
             self.in_turn = False
             host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger,
                                      stop_reason=stop_reason, duration_ms=(time.perf_counter() - t0) * 1000))
+        await self.after_turn(since, failure)
         due = self.clock.turn_ended(host.schedule_s(), self.board_writes, trigger, stop_reason)
         if due is not None:
             host.push(self, due.kind, prompts.share_findings(), due.priority)
         host.clock_changed()
+
+    async def after_turn(self, since_us: int, failure: str | None) -> None:
+        """A `turn_error` row for a failed turn (with what the gateway saw of its model calls), the backoff of
+        a failing model, and the stop of a worker at its budget cap."""
+        report = await self.model_report(since_us)
+        model_failed = report is not None and report.failed > 0 and report.last_failed and report.budget is None
+        if model_failed:
+            cfg = self.host.cfg.gateway
+            self.model_failures += 1
+            wait = min(cfg.failure_backoff_s * 2 ** (self.model_failures - 1), cfg.failure_backoff_max_s)
+            self.resume_at = self.host.schedule_s() + wait
+            detail = (f"model calls failed ({report.failed} of {report.calls} this turn): {report.error}; "
+                      f"no new turn for {wait:.0f} schedule s")
+            failure = detail + (f"; the agent said: {failure}" if failure else "")
+        elif report is not None and report.calls:
+            self.model_failures = 0
+        if failure is not None and (report is None or report.budget is None):  # at a cap, `stopped` says why
+            self.turn_errors += 1
+            self.lifecycle("turn_error", failure)
+        if report is not None and report.budget is not None:
+            self.stop_reason = report.budget
+
+    async def model_report(self, since_us: int) -> TurnReport | None:
+        gateway = self.host.gateway
+        if gateway is None or self.host.shared:
+            return None
+        try:
+            return await gateway.turn_report(self.id, since_us)
+        except Exception as exc:  # the turn is over either way; the gateway's own trace has its calls
+            log.warning("no model report for %s: %s", self.id, exc)
+            return None
+
+    async def stop_early(self) -> None:
+        """Stop this worker while the run goes on (its budget is spent): claims released, session closed."""
+        why = self.stop_reason or "stopped"
+        await self.host.release_claims(self, why)
+        if self.session is not None:
+            await self.session.close()
+        self.closed = True
+        self.lifecycle("stopped", why)
+        log.warning("worker %s stopped: %s", self.id, why)
 
     async def recover(self, why: str) -> None:
         host = self.host

@@ -1,0 +1,40 @@
+"""The model gateway: every agent's model calls go through its node's gateway, which holds the
+provider's credential, the cluster-wide limits, the budgets and the count of tokens and cost
+(one `llm_calls` trace row per call). The modules, and what each holds, are listed in
+services/README.md; `make_gateway` builds one for a run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agensh_ray.agent.harness import get_harness, read_secrets
+from agensh_ray.config import RunConfig
+from agensh_ray.errors import GatewayError
+from agensh_ray.services.gateway.coordinator import GatewayReport, GatewayShares, LimitCoordinator
+from agensh_ray.services.gateway.core import Gateway, Request, Responder
+from agensh_ray.services.gateway.keys import VirtualKeys
+from agensh_ray.services.gateway.prices import PriceTable, Usage
+from agensh_ray.services.gateway.server import GatewayServer
+from agensh_ray.services.gateway.upstream import Upstream, upstream_of
+from agensh_ray.trace import TraceWriter
+
+__all__ = [
+    "Gateway", "GatewayReport", "GatewayServer", "GatewayShares", "LimitCoordinator", "PriceTable", "Request",
+    "Responder", "Upstream", "Usage", "VirtualKeys", "make_gateway", "upstream_of",
+]
+
+
+def make_gateway(cfg: RunConfig, run_dir: str | Path, run_id: str, secret: bytes, name: str,
+                 src: dict[str, str] | None = None) -> Gateway:
+    """A run's gateway for one node: the harness's provider as its upstream (its URL and credential read here,
+    from `src` or this process's environment and secrets file), the price table, a trace writer."""
+    route = get_harness(cfg.harness).model_route
+    if route is None:
+        raise GatewayError(f"harness {cfg.harness!r} has no model route: the gateway cannot stand in for it")
+    upstream = upstream_of(route, src if src is not None else {**os.environ, **read_secrets()})
+    prices = PriceTable(override=cfg.gateway.prices)
+    trace = TraceWriter(run_dir, f"gateway-{name}", run_id)
+    return Gateway(cfg.gateway, VirtualKeys(secret, run_id), {route.provider: upstream}, prices, route=route,
+                   trace=trace, name=name)

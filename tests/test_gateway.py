@@ -1,0 +1,238 @@
+"""The model gateway over real loopback HTTP, in-process: agents' requests (httpx, as a CLI would
+send them) through `GatewayServer` to the bundled fake providers, with their failure modes; the
+`llm_calls` rows checked against the fake's own record of what it received and answered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from agensh_ray.agent.harness import get_harness
+from agensh_ray.config import BudgetConfig, GatewayConfig, ModelLimit, RetryConfig
+from agensh_ray.fakes.anthropic_server import FakeAnthropic
+from agensh_ray.fakes.faults import FaultSchedule
+from agensh_ray.fakes.openai_server import FakeOpenAI
+from agensh_ray.fakes.script import Script, Step, Turn
+from agensh_ray.services.gateway import Gateway, GatewayServer, PriceTable, VirtualKeys, upstream_of
+from agensh_ray.trace import TraceWriter
+from tests.support import await_for
+
+REAL = "sk-REAL-sentinel-9c1e77d0"
+FAST = RetryConfig(max_attempts=5, give_up_s=30, base_s=0.01, max_wait_s=0.5, jitter=0.1)
+TOOLS = [{"type": "function", "function": {"name": "agensh-board_read", "parameters": {}}}]
+
+
+def chat(worker: str, stream: bool = True, usage: bool = True) -> dict:
+    body = {"model": "gpt-4.1", "stream": stream, "tools": TOOLS,
+            "messages": [{"role": "user", "content": f"worker id: {worker}\ngo"}]}
+    if stream and usage:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def events(text: str) -> list[dict]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ") and "[DONE]" not in line]
+
+
+class Rig:
+    """A fake provider behind a gateway; `post` sends as worker w's agent would."""
+
+    def __init__(self, tmp_path, fake, cfg: GatewayConfig, harness: str = "copilot"):
+        self.fake = fake
+        self.tmp = tmp_path
+        route = get_harness(harness).model_route
+        src = {route.url_var: fake.url, route.key_vars[0][0]: REAL}
+        self.trace = TraceWriter(tmp_path, "gw", "test-run", flush_interval_s=0)
+        self.keys = VirtualKeys(b"k" * 32, "test-run")
+        self.gw = Gateway(cfg, self.keys, {route.provider: upstream_of(route, src)}, PriceTable(), route=route,
+                          trace=self.trace, name="n1")
+        self.server = GatewayServer(self.gw)
+        self.route = route
+
+    async def __aenter__(self):
+        await self.server.start()
+        self.base = self.gw.endpoint(["w001"])["w001"].url
+        self.http = httpx.AsyncClient(timeout=30)
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.http.aclose()
+        await self.server.close()
+        self.trace.close()
+
+    def headers(self, worker: str) -> dict:
+        key = self.keys.issue(worker)
+        if self.route.provider == "anthropic":
+            return {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        return {"authorization": f"Bearer {key}"}
+
+    async def post(self, worker: str, body: dict, path: str = "/chat/completions") -> httpx.Response:
+        return await self.http.post(self.base + path, json=body, headers=self.headers(worker))
+
+    def rows(self) -> list[dict]:
+        self.trace.flush()
+        out = []
+        for f in sorted((self.tmp / "trace" / "llm_calls").glob("*.parquet")):
+            out += pq.read_table(f).to_pylist()
+        return out
+
+
+@pytest.fixture
+def openai_fake():
+    made = []
+
+    def make(script: Script, **kw) -> FakeOpenAI:
+        f = FakeOpenAI(script, api_key=REAL, **kw)
+        f.start()
+        made.append(f)
+        return f
+
+    yield make
+    for f in made:
+        f.close()
+
+
+SAY = Script(workers={"*": [Turn(steps=[Step(say="hello from the fake model, streamed in pieces")])]})
+
+
+async def test_a_stream_passes_through_unchanged_and_is_counted_as_the_provider_counted_it(openai_fake, tmp_path):
+    fake = openai_fake(SAY, faults=FaultSchedule(chunks=4))
+    direct = httpx.post(fake.url + "/chat/completions", json=chat("w001"), headers={"authorization": f"Bearer {REAL}"})
+    async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:
+        via = await rig.post("w001", chat("w001"))
+        plain = await rig.post("w001", chat("w001", stream=False))
+        no_usage = await rig.post("w001", chat("w001", usage=False))
+        models = await rig.http.get(rig.base + "/models", headers=rig.headers("w001"))
+    assert via.status_code == 200 and via.headers["content-type"] == "text/event-stream"
+    assert [e["choices"] for e in events(via.text)] == [e["choices"] for e in events(direct.text)]
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events(via.text) if e["choices"]) == \
+        "hello from the fake model, streamed in pieces"
+    assert plain.json()["choices"][0]["message"]["content"] == "hello from the fake model, streamed in pieces"
+    # The agent did not ask for usage: the gateway did, and took the usage chunk out again.
+    assert not any("usage" in e for e in events(no_usage.text)) and no_usage.text.endswith("data: [DONE]\n\n")
+    assert fake.requests[-1].body["stream_options"] == {"include_usage": True}
+    assert models.json()["data"][0]["id"] == "gpt-4.1"  # a side route passes through, uncounted
+    rows = rig.rows()
+    assert [r["status"] for r in rows] == ["ok", "ok", "ok"] and all(r["worker_id"] == "w001" for r in rows)
+    answered = [r for r in fake.requests if r.status == 200][1:]  # the first was the direct call
+    assert [(r["input_tokens"], r["output_tokens"]) for r in rows] == \
+        [(f.usage["input"], f.usage["output"]) for f in answered]
+    price = PriceTable()
+    assert rows[0]["cost_usd"] == pytest.approx(
+        rows[0]["input_tokens"] * 2e-6 + rows[0]["output_tokens"] * 8e-6)  # gpt-4.1 in LiteLLM's map
+    assert price.entry("openai", rows[0]["model_used"]) is not None
+    assert all(f.key == REAL for f in fake.requests)  # the provider only ever saw the real key
+    assert [r["stream"] for r in rows] == [True, False, True] and rows[0]["ttfb_ms"] > 0
+
+
+async def test_a_429_storm_is_retried_after_retry_after_and_the_agent_sees_no_error(openai_fake, tmp_path):
+    script = Script(workers={"*": [Turn(steps=[Step(say="made it", fail=[429, 429, 529, 500], retry_after=0.05)])]})
+    fake = openai_fake(script)
+    async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:
+        resp = await rig.post("w001", chat("w001"))
+        report = rig.gw.turn_report("w001", 0)
+    assert resp.status_code == 200 and "made it" in resp.text
+    (row,) = rig.rows()
+    assert (row["status"], row["retries"], row["retry_statuses"]) == ("ok", 4, "429,429,529,500")
+    assert [r.status for r in fake.requests] == [429, 429, 529, 500, 200]
+    assert row["latency_ms"] >= 100  # two Retry-After waits of 50 ms at least
+    assert report.calls == 1 and report.failed == 0 and report.budget is None
+
+
+async def test_a_dead_provider_is_given_up_on_with_its_own_error_and_the_turn_report_says_so(openai_fake, tmp_path):
+    fake = openai_fake(SAY, faults=FaultSchedule(error_rate=1.0, error_status=500))
+    async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:
+        resp = await rig.post("w001", chat("w001"))
+        report = rig.gw.turn_report("w001", 0)
+    assert resp.status_code == 500 and resp.json()["error"]["message"] == "injected failure 500"
+    (row,) = rig.rows()
+    assert (row["status"], row["http_status"], row["retries"]) == ("gave_up", 500, 4)
+    assert len(fake.requests) == 5
+    assert report.failed == 1 and report.last_failed
+    assert "answered 500: injected failure 500 (gave up after 5 attempts)" in report.error
+
+
+async def test_a_stream_cut_mid_way_is_cut_for_the_agent_too_and_recorded(openai_fake, tmp_path):
+    script = Script(workers={"*": [Turn(steps=[Step(say="a long answer that breaks", cut=1)])]})
+    fake = openai_fake(script, faults=FaultSchedule(chunks=6))
+    async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await rig.post("w001", chat("w001"))
+        again = await rig.post("w001", chat("w001"))  # the agent's own retry
+    assert again.status_code == 200
+    rows = rig.rows()
+    assert [r["status"] for r in rows] == ["cut", "ok"] and "cut mid-way" in rows[0]["error"]
+    assert [r.cut for r in fake.requests] == [True, False]
+
+
+async def test_a_worker_at_its_budget_is_refused_while_the_others_go_on(openai_fake, tmp_path):
+    fake = openai_fake(SAY)
+    cfg = GatewayConfig(retry=FAST, budget=BudgetConfig(worker_tokens=10))
+    async with Rig(tmp_path, fake, cfg) as rig:
+        first = await rig.post("w001", chat("w001"))  # crosses the cap: completes
+        refused = await rig.post("w001", chat("w001"))
+        other = await rig.post("w002", chat("w002"))
+        report = rig.gw.turn_report("w001", 0)
+    assert first.status_code == 200 and other.status_code == 200
+    assert refused.status_code == 403
+    assert refused.json()["error"]["message"].startswith("agensh gateway: budget reached: worker w001 has used")
+    assert report.budget and report.budget.startswith("budget reached: worker w001")
+    assert [r["status"] for r in rig.rows()] == ["ok", "refused", "ok"]
+    assert len(fake.requests) == 2  # the refused call never reached the provider
+
+
+async def test_unknown_keys_are_refused_and_the_agents_key_never_reaches_the_provider(openai_fake, tmp_path):
+    fake = openai_fake(SAY)
+    async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:
+        for key in (REAL, "agensh-w001-" + "0" * 32, None):
+            r = await rig.http.post(rig.base + "/chat/completions", json=chat("w001"),
+                                    headers={"authorization": f"Bearer {key}"} if key else {})
+            assert r.status_code == 401 and "unknown key" in r.text
+        ok = await rig.post("w001", chat("w001"))
+    assert ok.status_code == 200 and [f.key for f in fake.requests] == [REAL]
+    assert rig.rows()[0]["status"] == "ok"
+
+
+async def test_a_call_waiting_for_room_is_cancelled_when_its_agent_hangs_up(openai_fake, tmp_path):
+    script = Script(workers={"*": [Turn(steps=[Step(say="held", gate="hold")])]})
+    fake = openai_fake(script)
+    cfg = GatewayConfig(retry=FAST, limits={"openai/*": ModelLimit(max_streams=1)})
+    async with Rig(tmp_path, fake, cfg) as rig:
+        first = asyncio.create_task(rig.post("w001", chat("w001")))
+        assert await asyncio.to_thread(fake.wait_held, "hold", 10)
+        with pytest.raises(httpx.ReadTimeout):
+            await rig.http.post(rig.base + "/chat/completions", json=chat("w002"), headers=rig.headers("w002"),
+                                timeout=0.3)
+        await await_for(lambda: rig.gw.counts["client_gone"] == 1, 10, "the queued call to be cancelled")
+        assert rig.gw.status()["waiting"] == 0
+        fake.open_gate("hold")
+        assert (await first).status_code == 200
+    rows = rig.rows()
+    assert sorted((r["worker_id"], r["status"]) for r in rows) == [("w001", "ok"), ("w002", "client_gone")]
+    assert len(fake.requests) == 1
+
+
+async def test_anthropic_messages_stream_through_with_cache_tokens_and_an_overload_retried(tmp_path):
+    script = Script(workers={"*": [Turn(steps=[Step(say="bonjour", fail=[529], retry_after=0.05)])]})
+    fake = FakeAnthropic(script, api_key=REAL)
+    fake.start()
+    body = {"model": "claude-sonnet-4-5-20250929", "max_tokens": 100, "stream": True,
+            "tools": [{"name": "agensh-board_read", "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": "worker id: w001\ngo"}]}
+    try:
+        async with Rig(tmp_path, fake, GatewayConfig(retry=FAST), harness="claude") as rig:
+            resp = await rig.post("w001", body, path="/v1/messages")
+    finally:
+        fake.close()
+    assert resp.status_code == 200
+    kinds = [e["type"] for e in events(resp.text)]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    (row,) = rig.rows()
+    assert (row["status"], row["retry_statuses"], row["provider"], row["api"]) == ("ok", "529", "anthropic", "messages")
+    assert (row["input_tokens"], row["output_tokens"]) == (fake.requests[-1].usage["input"],
+                                                            fake.requests[-1].usage["output"])
+    assert row["cost_usd"] == pytest.approx(row["input_tokens"] * 3e-6 + row["output_tokens"] * 1.5e-5)
