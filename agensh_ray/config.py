@@ -77,6 +77,20 @@ class ServicesConfig(BaseModel):
     """host:port the webhook intake listens on (default: 0.0.0.0 and the port of the bootstrap's --intake-url)."""
 
 
+class SandboxConfig(BaseModel):
+    """The bubblewrap sandbox around each worker's agent process and every command it runs
+    (agensh_ray/agent/sandbox.py; docs/real-agents.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    """Sandbox the workers (own mount, PID and network namespaces; only the workdir and HOME writable; only
+    the forge, the MCP tools and the model reachable). A run refuses to start where bubblewrap cannot run,
+    unless this is off (`--no-sandbox`)."""
+    read_only: list[Path] = Field(default_factory=list)
+    """Extra folders every sandbox sees read-only (a dataset, a toolchain outside /usr)."""
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -121,6 +135,7 @@ class RunConfig(BaseModel):
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "RunConfig":

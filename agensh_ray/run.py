@@ -20,8 +20,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agensh_ray.agent.harness import get_harness
-from agensh_ray.config import RoutingConfig, RunConfig, ServicesConfig, SimConfig
-from agensh_ray.errors import HarnessError, TaskError
+from agensh_ray.agent import sandbox
+from agensh_ray.config import RoutingConfig, RunConfig, SandboxConfig, ServicesConfig, SimConfig
+from agensh_ray.errors import HarnessError, SandboxUnavailable, TaskError
 from agensh_ray.task import Task
 
 log = logging.getLogger("agensh.run")
@@ -81,6 +82,12 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
                    help="with fewer free agent slots than workers, wait for slots instead of refusing")
     p.add_argument("--worker-memory-mb", type=int, default=None,
                    help="memory Ray reserves per worker (default 450 for real agents, 0 for sim)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="turn off the bubblewrap sandbox that confines each worker's agent and its commands to its "
+                   "workdir and HOME, with only its forge, tools and model reachable; without this flag a run "
+                   "refuses to start where bubblewrap cannot sandbox (not installed, or no namespaces)")
+    p.add_argument("--sandbox-read-only", type=Path, action="append", default=[], metavar="DIR",
+                   help="an extra folder every sandbox sees read-only (repeatable)")
     p.add_argument("--think", type=float, default=20.0, help="sim: schedule seconds per step")
     p.add_argument("--bug-rate", type=float, default=0.25, help="sim: probability a first attempt fails its check")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -115,6 +122,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             sim=SimConfig(think_s=a.think, bug_rate=a.bug_rate),
             services=ServicesConfig(secrets=a.secrets.resolve() if a.secrets else None, gitea_url=a.gitea_url,
                                     mattermost_url=a.mattermost_url, intake_listen=a.intake_listen),
+            sandbox=SandboxConfig(enabled=not a.no_sandbox, read_only=[d.resolve() for d in a.sandbox_read_only]),
         )
     except (ValidationError, HarnessError) as exc:
         p.error(str(exc))
@@ -124,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         task = Task.load(cfg.task)
-    except TaskError as exc:
+        if cfg.sandbox.enabled:
+            sandbox.require()
+    except (TaskError, SandboxUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from agensh_ray.driver import Run

@@ -95,7 +95,10 @@ class Harness:
     cumulative_usage: bool = False
     """The agent's PromptResponse.usage counts the whole session, not the turn (Copilot CLI 1.0)."""
     install_hint: str = ""
-    default_deny: tuple[str, ...] = ("rm -rf /", "git push --force origin main", "git push origin main")
+    model_url_vars: tuple[str, ...] = ()
+    """Variables naming the model endpoint's base URL (the sandbox relays it and rewrites them)."""
+    builtin_model: str = ""
+    """The endpoint the CLI talks to when none of `model_url_vars` is set ("" if it needs no model)."""
     notes: str = ""
 
     def argv(self) -> list[str]:
@@ -166,6 +169,20 @@ class Harness:
             text = text.replace(v, "***")
         return text
 
+    def model_endpoints(self, env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """(name -> URL of each model endpoint set in `env`, name -> why an endpoint it needs has no URL).
+        A `cmd:` agent's endpoints are its variables named *_BASE_URL."""
+        names = self.url_vars(env)
+        urls = {f"model ({k})": env[k] for k in names if env.get(k)}
+        if urls or not self.builtin_model:
+            return urls, {}
+        return {}, {"model": f"{self.name} talks to {self.builtin_model} (set {' or '.join(names)} to relay "
+                             "an endpoint of yours)"}
+
+    def url_vars(self, env: dict[str, str]) -> tuple[str, ...]:
+        """The variables of `env` that name this CLI's model endpoint."""
+        return self.model_url_vars if self.name != "cmd" else tuple(k for k in env if k.endswith("_BASE_URL"))
+
     def auth_method(self, env: dict[str, str], offered: list[str]) -> str | None:
         """The ACP auth method to call, if the agent offers one we have credentials for."""
         for method, var in self.auth:
@@ -202,6 +219,8 @@ HARNESSES: dict[str, Harness] = {
             "COPILOT_MODEL for an OpenAI-compatible endpoint (COPILOT_OFFLINE=true to skip GitHub entirely)"
         ),
         install_hint="Install it with: npm install -g @github/copilot",
+        model_url_vars=("COPILOT_PROVIDER_BASE_URL",),
+        builtin_model="GitHub Copilot's API over HTTPS",
         notes="accepts only HTTP/SSE MCP servers; chooses permission options by kind; offline with COPILOT_OFFLINE",
     ),
     "claude": Harness(
@@ -218,6 +237,8 @@ HARNESSES: dict[str, Harness] = {
         config_dir_var="CLAUDE_CONFIG_DIR",
         credentials_hint="set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for another endpoint)",
         install_hint="Install it with: npm install -g @zed-industries/claude-code-acp",
+        model_url_vars=("ANTHROPIC_BASE_URL",),
+        builtin_model="Anthropic's API over HTTPS",
         notes="sends tool_call twice (upsert); edits files and runs shells through fs/* and terminal/*",
     ),
     "codex": Harness(
@@ -228,6 +249,8 @@ HARNESSES: dict[str, Harness] = {
         auth=(("codex-api-key", "CODEX_API_KEY"), ("openai-api-key", "OPENAI_API_KEY")),
         credentials_hint="set OPENAI_API_KEY or CODEX_API_KEY",
         install_hint="Install it with: npm install -g @zed-industries/codex-acp",
+        model_url_vars=("OPENAI_BASE_URL",),
+        builtin_model="OpenAI's API over HTTPS",
         notes="takes HTTP MCP only; authenticates with an env-var method",
     ),
     "gemini": Harness(
@@ -240,6 +263,8 @@ HARNESSES: dict[str, Harness] = {
         auth=(("gemini-api-key", "GEMINI_API_KEY"), ("vertex-ai", "GOOGLE_API_KEY")),
         credentials_hint="set GEMINI_API_KEY (or GOOGLE_API_KEY with GOOGLE_GENAI_USE_VERTEXAI=true)",
         install_hint="Install it with: npm install -g @google/gemini-cli",
+        model_url_vars=("GOOGLE_GEMINI_BASE_URL",),
+        builtin_model="Google's Gemini API over HTTPS",
         notes="needs --skip-trust or it silently disables MCP servers; --acp (0.61; older: --experimental-acp)",
     ),
 }

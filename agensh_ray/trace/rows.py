@@ -167,7 +167,8 @@ class LifecycleRow(TraceRow):
     """One row per change in a worker's life (its agent process started, stopped, crashed, ...)."""
 
     event: str
-    """started | stopped | crashed | restarted | gave_up."""
+    """started | stopped | crashed | restarted | gave_up | refused (a request of the agent the permission policy
+    refused; the detail says what and why)."""
     detail: str = ""
     """Why, or the harness used."""
     host: str = ""

@@ -11,6 +11,12 @@ loop that takes its turns (turns.py).
 
 With the `sim` harness and several workers, one sim process serves all of the
 host's ACP sessions (agent/mux.py); every real CLI gets a process per worker.
+
+Each agent process runs in its own sandbox (agent/sandbox.py) unless the run
+turns it off: its workdir and HOME writable, the toolchain read-only, its
+forge, MCP tools and model reachable. The shared sim process gets one sandbox
+with all its host's workdirs and HOMEs (the host's workers can see each
+other's clones there; simulation only).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 
 from agensh_ray import prompts
 from agensh_ray.agent.harness import Harness, get_harness
+from agensh_ray.agent import sandbox
 from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.config import RunConfig
@@ -34,7 +41,7 @@ from agensh_ray.tools import ToolServer
 from agensh_ray.trace import DeliveryRow, LifecycleRow, TraceWriter
 from agensh_ray.worker.backend import ToolsBackend
 from agensh_ray.worker.turns import TraceObserver, Worker
-from agensh_ray.worker.workdir import Workdirs, agent_env
+from agensh_ray.worker.workdir import Workdirs, agent_env, sandbox_policy
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +85,15 @@ class WorkerHost:
         self.shared = self.harness.name == "sim" and len(worker_ids) > 1
         """Simulation packing: one sim process serves all of this host's workers (agent/mux.py)."""
         self._shared_agent: SharedAgent | None = None
+        self._network_noted = False
         self.stopping = asyncio.Event()
         self._clock_event: asyncio.Event | None = None
         self._clock_task: asyncio.Task | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        if self.cfg.sandbox.enabled:
+            await asyncio.to_thread(sandbox.require)  # SandboxUnavailable says why, on this node
         await self.tools.start()
         self._clock_event = asyncio.Event()
         self._clock_task = asyncio.create_task(self._clock(), name=f"clock-{self.host_id}")
@@ -108,18 +118,40 @@ class WorkerHost:
         url = self.tools.url(w.id, w.token)
         if self.shared:
             if self._shared_agent is None:
-                env = self.harness.environment(home=self.run_dir / "workers" / f"_{self.host_id}",
+                home = self.run_dir / "workers" / f"_{self.host_id}" / "home"  # not the seed mirror beside it
+                env = self.harness.environment(home=home,
                                                extra=agent_env(self.cfg, w.id, w.home, self.task_root, shared=True))
-                self._shared_agent = SharedAgent(self.harness, env, self.run_dir, self.run_dir / "logs",
-                                                 f"{self.host_id}.shared-agent")
+                writable = [home]
+                for other in self.workers.values():
+                    for d in (other.workdir, other.home):
+                        d.mkdir(parents=True, exist_ok=True)  # cloned into later, through the same mount
+                        writable.append(d)
+                endpoints = {f"forge ({o})": self.clone_urls[o] for o in self.workers}
+                policy = sandbox_policy(self.cfg, self.harness, env, writable=writable, chdir=home,
+                                        endpoints={**endpoints, "tools": self.tools.url("any", "")},
+                                        run_dir=self.run_dir, task_root=self.task_root, hostname=self.host_id)
+                self._note_network(policy)
+                self._shared_agent = SharedAgent(self.harness, env, home, self.run_dir / "logs",
+                                                 f"{self.host_id}.shared-agent", sandbox=policy)
             session: AgentSession = MuxSession(self._shared_agent, w.id, w.workdir, url, observer)
         else:
-            session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer,
-                                     extra_env=agent_env(self.cfg, w.id, w.home, self.task_root),
-                                     log_dir=self.run_dir / "logs")
+            extra = agent_env(self.cfg, w.id, w.home, self.task_root)
+            policy = sandbox_policy(self.cfg, self.harness, self.harness.environment(home=w.home, extra=extra),
+                                    writable=[w.workdir, w.home], chdir=w.workdir,
+                                    endpoints={"forge": self.clone_urls[w.id], "tools": url},
+                                    run_dir=self.run_dir, task_root=self.task_root, hostname=w.id)
+            self._note_network(policy)
+            session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer, extra_env=extra,
+                                     log_dir=self.run_dir / "logs", sandbox=policy)
         w.session = session
         await session.start()
         return session
+
+    def _note_network(self, policy: sandbox.SandboxPolicy | None) -> None:
+        """Say once per host when a sandbox shares the host's network, and why."""
+        if policy is not None and policy.network == "shared" and not self._network_noted:
+            self._network_noted = True
+            log.warning("host %s: sandboxed agents keep the host's network: %s", self.host_id, policy.note)
 
     def lifecycle(self, w: Worker, event: str, detail: str = "") -> None:
         pid = w.session.pid if w.session else None
