@@ -203,3 +203,33 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     started = next(r for r in rows if r["event"] == "started")
     assert "sandbox: network isolated" in started["detail"]
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+async def test_the_shared_sim_process_is_sandboxed_with_its_hosts_workdirs(tmp_path, git_env):
+    """Simulation packing: one sim process serves a host's workers, in one sandbox holding their workdirs and HOMEs
+    (they see each other's clones there, nothing else of the run); its terminals join that sandbox."""
+    run_dir = tmp_path / "run"
+    services = LocalServices(run_dir, ["w001", "w002", "w003"])
+    host = services.host(run_dir, ["w001", "w002"], harness="sim", time_scale=600)
+    await host.start()
+    try:
+        await host.launch("w001")
+        await host.launch("w002")
+        w1 = host.workers["w001"]
+        await await_for(lambda: all(w.turn >= 1 for w in host.workers.values()), 120, "both workers to take a turn")
+        c = w1.session.client
+        t = await c.create_terminal("/bin/sh", w1.session.session_id,
+                                    args=["-c", py("import os; print(*sorted(os.listdir('../..')), "
+                                                   "*sorted(os.listdir('../../..')), *os.listdir('../../_h000'))") + "; ps ax -o args= | wc -l"])
+        await c.wait_for_terminal_exit(w1.session.session_id, t.terminal_id)
+        out = (await c.terminal_output(w1.session.session_id, t.terminal_id)).output.split()
+        await c.release_terminal(w1.session.session_id, t.terminal_id)
+        pushed = await await_for(lambda: [e for e in services.forge_plain.events_since(0) if e.kind == "push"], 120,
+                                 "a push through the shared sandbox's relay")
+    finally:
+        await host.stop()
+        services.close()
+    # not w003, not forge/, board.jsonl, logs/, not the host's seed mirror (its origin holds a token)
+    assert out[:5] == ["_h000", "w001", "w002", "workers", "home"], out
+    assert int(out[5]) <= 8
+    assert pushed
