@@ -214,8 +214,9 @@ def _is_loopback(host: str) -> bool:
 
 
 def _no_credentials(url: str) -> str:
+    """scheme://host:port of `url`: no user, password or path (an MCP URL's path holds its token)."""
     u = urlsplit(url)
-    return urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, "", ""))
+    return f"{u.scheme}://{u.netloc.rpartition('@')[2]}"
 
 
 def _prefix(url: str) -> str:
