@@ -138,7 +138,7 @@ class RunConfig(BaseModel):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
     @model_validator(mode="after")
-    def _check(self) -> "RunConfig":
+    def _check(self) -> RunConfig:
         if not 1 <= self.workers <= 1024:
             raise ValueError(f"workers must be between 1 and 1,024, got {self.workers}")
         if self.time_scale <= 0:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agensh_ray.agent.harness import get_harness
 from agensh_ray.agent import sandbox
+from agensh_ray.agent.harness import get_harness
 from agensh_ray.config import RoutingConfig, RunConfig, SandboxConfig, ServicesConfig, SimConfig
 from agensh_ray.errors import HarnessError, SandboxUnavailable, TaskError
 from agensh_ray.task import Task

@@ -14,8 +14,8 @@ from acp import RequestError
 from acp.schema import PermissionOption, ToolCallLocation, ToolCallUpdate
 
 from agensh_ray.agent.client import SessionObserver, WorkdirClient
-from agensh_ray.agent.policy import PermissionPolicy
 from agensh_ray.agent.harness import get_harness, read_secrets
+from agensh_ray.agent.policy import PermissionPolicy
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.errors import AgentDied, HarnessError
 

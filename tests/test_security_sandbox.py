@@ -115,7 +115,8 @@ def text(rec: dict) -> str:
 
 
 def forge_git(forge: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(forge / "repo.git"), *args], capture_output=True, text=True).stdout
+    return subprocess.run(["git", "-C", str(forge / "repo.git"), *args], capture_output=True, text=True,
+                          check=False).stdout
 
 
 async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, git_env):

@@ -29,11 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import acp
 from acp import RequestError
 from acp.schema import (
     AllowedOutcome,
+    ClientCapabilities,
     CreateTerminalResponse,
     DeniedOutcome,
+    FileSystemCapabilities,
+    Implementation,
     KillTerminalResponse,
     ReadTextFileResponse,
     ReleaseTerminalResponse,
@@ -112,6 +116,18 @@ class _Terminal:
     output: bytearray = field(default_factory=bytearray)
     truncated: bool = False
     reader: asyncio.Task | None = None
+
+
+async def initialize(conn: acp.ClientSideConnection, title: str):
+    """The initialize request every session kind sends: the fs and terminal capabilities of these clients, our
+    identity."""
+    return await conn.initialize(
+        protocol_version=acp.PROTOCOL_VERSION,
+        client_capabilities=ClientCapabilities(
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
+        ),
+        client_info=Implementation(name="agensh-ray", title=title, version="0.1.0"),
+    )
 
 
 class NoExtensions:

@@ -68,7 +68,7 @@ class Egress:
             try:
                 up_r, up_w = await asyncio.wait_for(asyncio.open_connection(route.host, route.port),
                                                     CONNECT_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 log.warning("sandbox relay: %s:%d unreachable: %s", route.host, route.port, exc)
                 return
             try:

@@ -20,11 +20,11 @@ from pathlib import Path
 import acp
 from acp import RequestError
 
-from agensh_ray.agent.client import NoExtensions, SessionObserver, WorkdirClient
+from agensh_ray.agent.client import NoExtensions, SessionObserver, WorkdirClient, initialize
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.process import AgentProcess
 from agensh_ray.agent.sandbox import SandboxPolicy
-from agensh_ray.agent.session import AcpSession, initialize
+from agensh_ray.agent.session import AcpSession
 from agensh_ray.errors import AgentDied
 
 _CLIENT_METHODS = (
@@ -136,7 +136,7 @@ class MuxSession(AcpSession):
             resp = await asyncio.wait_for(
                 self.shared.conn.new_session(cwd=str(self.workdir), mcp_servers=self._mcp_servers()), timeout_s
             )
-        except (asyncio.TimeoutError, ConnectionError, BrokenPipeError, RequestError) as exc:
+        except (TimeoutError, ConnectionError, BrokenPipeError, RequestError) as exc:
             raise AgentDied(self.redact(f"shared {self.harness.name} agent failed to open a session: {exc!r}")) from exc
         self.session_id = resp.session_id
         self.shared.client.clients[self.session_id] = self.client

@@ -32,15 +32,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-PROGRAMS = frozenset("""
-    : . [ alias awk basename bc break cat cd chmod cmp column comm command continue cp cut date declare diff dirname
-    du echo egrep env eval exec exit export expr false fgrep file find fmt fold for gawk getconf git grep gunzip gzip
-    head hexdump id install jobs join jq kill less ln local ls make md5sum mkdir mktemp more mv nice nl nohup node npm
-    npx od paste patch printf ps pwd pytest python read readlink realpath return rev rg rm rmdir sed seq set sh
-    sha1sum sha256sum shift shuf sleep sort source split stat stdbuf strings tac tail tar tee test time timeout touch
-    tr tree true type uname uniq unset unzip wait wc which xargs xxd yes zcat zip bash dash zsh cc gcc g++ clang ld ar
-    cargo rustc go java javac ruff mypy black tsc
-""".split())
+from agensh_ray.agent.shellwords import ASSIGNMENT, flag_value, pattern_index, substitutions, without_heredocs, wrapped
+
+PROGRAMS = frozenset([":", ".", "[", "alias", "awk", "basename", "bc", "break", "cat", "cd", "chmod", "cmp", "column", "comm", "command", "continue", "cp", "cut", "date", "declare", "diff", "dirname", "du", "echo", "egrep", "env", "eval", "exec", "exit", "export", "expr", "false", "fgrep", "file", "find", "fmt", "fold", "for", "gawk", "getconf", "git", "grep", "gunzip", "gzip", "head", "hexdump", "id", "install", "jobs", "join", "jq", "kill", "less", "ln", "local", "ls", "make", "md5sum", "mkdir", "mktemp", "more", "mv", "nice", "nl", "nohup", "node", "npm", "npx", "od", "paste", "patch", "printf", "ps", "pwd", "pytest", "python", "read", "readlink", "realpath", "return", "rev", "rg", "rm", "rmdir", "sed", "seq", "set", "sh", "sha1sum", "sha256sum", "shift", "shuf", "sleep", "sort", "source", "split", "stat", "stdbuf", "strings", "tac", "tail", "tar", "tee", "test", "time", "timeout", "touch", "tr", "tree", "true", "type", "uname", "uniq", "unset", "unzip", "wait", "wc", "which", "xargs", "xxd", "yes", "zcat", "zip", "bash", "dash", "zsh", "cc", "gcc", "g++", "clang", "ld", "ar", "cargo", "rustc", "go", "java", "javac", "ruff", "mypy", "black", "tsc"])
 """Programs and shell builtins a worker may run (plus python3.X, pip*, and programs inside its workdir)."""
 VERSIONED = re.compile(r"^(python|pip)\d*(\.\d+)*$")
 NO_ROOT = frozenset({"sudo", "su", "doas", "pkexec", "runuser"})
@@ -56,10 +50,8 @@ PATTERN_FLAGS = ("-e", "--regexp", "--expression")
 CODE_FLAGS = {"python": ("-c",), "node": ("-e", "-p", "--eval", "--print"), "sh": ("-c",)}
 DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin", "/dev/stdout",
                      "/dev/stderr", "/dev/tty"})
-HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)\s*(['\"]?)([A-Za-z_][\w.-]*)\2")
 SEPARATORS = frozenset({";", "&", "&&", "|", "||", "|&", ";;", "(", ")"})
 REDIRECT = re.compile(r"^\d*(<|>|>>|<>|>\||&>|&>>|>&|<&)$")
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "cwd", "directory", "dir", "source", "destination",
              "old_path", "new_path", "oldPath", "newPath", "target", "workdir")
 MAX_DEPTH = 4
@@ -78,7 +70,7 @@ class _Where:
 
 
 def _branch(ref: str) -> str:
-    return ref[len("refs/heads/"):] if ref.startswith("refs/heads/") else ref
+    return ref.removeprefix("refs/heads/")
 
 
 class PermissionPolicy:
@@ -164,7 +156,7 @@ class PermissionPolicy:
     def _line(self, text: str, where: _Where, depth: int) -> None:
         if depth > MAX_DEPTH:
             raise Refused("the command nests shells too deeply to check; run the commands one by one")
-        text, inner = _substitutions(_without_heredocs(text))
+        text, inner = substitutions(without_heredocs(text))
         for sub in inner:
             self._line(sub, where, depth + 1)
         lex = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>")
@@ -228,14 +220,14 @@ class PermissionPolicy:
         if family == "command" and args[:1] in (["-v"], ["-V"]):
             return  # a lookup, not a run
         if family in ("env", "time", "timeout", "nice", "nohup", "command", "exec", "xargs", "stdbuf"):
-            rest = _wrapped(family, args)
+            rest = wrapped(family, args)
             for a in args[: len(args) - len(rest)]:
                 self._check_word(a, base)
             if rest:
                 self._simple(rest, [], where, depth + 1)
             return
         if family == "sh":
-            code = _flag_value(args, ("-c",), cluster=True)
+            code = flag_value(args, ("-c",), cluster=True)
             if code is not None:
                 self._line(code, where, depth + 1)
                 return
@@ -247,7 +239,7 @@ class PermissionPolicy:
                 where.cwd = self._inside(target, "the folder", base)
             return
         if name not in TEXT_ARGS:
-            skip = _pattern_index(args) if family in PATTERN_FIRST else None
+            skip = pattern_index(args) if family in PATTERN_FIRST else None
             code_flags = CODE_FLAGS.get(family, ()) + (PATTERN_FLAGS if family in PATTERN_FIRST else ())
             for i, a in enumerate(args):
                 if i == skip or (i > 0 and args[i - 1] in code_flags):
@@ -273,7 +265,7 @@ class PermissionPolicy:
         if sub == "push":
             self._push(rest, where)
         elif sub in ("checkout", "switch"):
-            new = _flag_value(rest, ("-b", "-B", "-c", "-C", "--orphan"))
+            new = flag_value(rest, ("-b", "-B", "-c", "-C", "--orphan"))
             plain = [a for a in rest if not a.startswith("-")]
             if new is not None:
                 where.branch = new
@@ -332,104 +324,6 @@ class PermissionPolicy:
             if d == self.workdir:
                 break
         return "HEAD"
-
-
-# -- shell text ------------------------------------------------------------------------------
-def _without_heredocs(text: str) -> str:
-    """The command lines of `text`, one per `;`, with continuation lines joined and here-documents removed."""
-    lines = text.replace("\\\n", " ").split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        out.append(line)
-        i += 1
-        for m in HEREDOC.finditer(line):
-            strip, delim = m.group(1) == "-", m.group(3)
-            while i < len(lines) and (lines[i].lstrip("\t") if strip else lines[i]) != delim:
-                i += 1
-            i += 1
-    return " ; ".join(out)
-
-
-def _substitutions(text: str) -> tuple[str, list[str]]:
-    """`text` with each `$(...)`, `<(...)`, `>(...)` and backquoted command replaced by a word, and those commands."""
-    out: list[str] = []
-    inner: list[str] = []
-    i, quote = 0, ""
-    while i < len(text):
-        c = text[i]
-        if quote != '"' and c == "'" and not quote:
-            j = text.find("'", i + 1)
-            j = len(text) - 1 if j < 0 else j
-            out.append(text[i:j + 1])
-            i = j + 1
-            continue
-        if c == '"':
-            quote = "" if quote else '"'
-        if c == "\\" and i + 1 < len(text):
-            out.append(text[i:i + 2])
-            i += 2
-            continue
-        if text.startswith(("$(", "<(", ">("), i):
-            depth, j = 1, i + 2
-            while j < len(text) and depth:
-                depth += {"(": 1, ")": -1}.get(text[j], 0)
-                j += 1
-            inner.append(text[i + 2:j - 1])
-            out.append("SUBST")
-            i = j
-            continue
-        if c == "`":
-            j = text.find("`", i + 1)
-            j = len(text) if j < 0 else j
-            inner.append(text[i + 1:j])
-            out.append("SUBST")
-            i = j + 1
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out), inner
-
-
-def _flag_value(args: list[str], flags: tuple[str, ...], cluster: bool = False) -> str | None:
-    """The argument after the first of `flags` (for `cluster`, also after -lc style groups)."""
-    for i, a in enumerate(args[:-1]):
-        if a in flags or (cluster and a.startswith("-") and not a.startswith("--") and "c" in a[1:]):
-            return args[i + 1]
-    return None
-
-
-def _pattern_index(args: list[str]) -> int | None:
-    """Where the pattern of grep/sed/awk/jq is among `args` (None when -e/-f gives it)."""
-    for i, a in enumerate(args):
-        if a in ("-e", "-f", "--regexp", "--file", "--expression") or a.startswith(("--regexp=", "--expression=")):
-            return None
-        if not a.startswith("-"):
-            return i
-    return None
-
-
-def _wrapped(family: str, args: list[str]) -> list[str]:
-    """The command a wrapper (env, timeout, xargs, ...) runs: its arguments after its own options."""
-    takes_arg = {"env": ("-u", "-C", "-S"), "timeout": ("-s", "-k", "--signal", "--kill-after"), "nice": ("-n",),
-                 "xargs": ("-I", "-n", "-P", "-d", "-L", "-s", "-a", "-E"), "stdbuf": ("-i", "-o", "-e")}
-    own = takes_arg.get(family, ())
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a == "--":
-            i += 1
-            break
-        if a in own:
-            i += 2
-        elif a.startswith("-") or (family == "env" and ASSIGNMENT.match(a)):
-            i += 1
-        else:
-            break
-    if family == "timeout" and i < len(args):
-        i += 1  # the duration
-    return args[i:]
 
 
 def refusal(reason: str) -> str:

@@ -111,7 +111,7 @@ class AgentProcess:
         try:
             raw = await asyncio.wait_for(asyncio.to_thread(_read_to_eof, info_fd), SANDBOX_SETUP_TIMEOUT_S)
             self.sandbox_pid = int(json.loads(raw)["child-pid"])
-        except (asyncio.TimeoutError, ValueError, KeyError) as exc:
+        except (TimeoutError, ValueError, KeyError) as exc:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.proc.wait(), 2.0)
             await asyncio.sleep(0.1)  # the stderr pump catches bwrap's last words
@@ -167,7 +167,7 @@ class AgentProcess:
                 try:
                     await asyncio.wait_for(proc.wait(), timeout=grace_s)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
         # Children of the agent (its shells, its MCP helpers) die with the group.
         kill_group(proc, signal.SIGKILL)
@@ -178,7 +178,7 @@ class AgentProcess:
         if self._stderr_task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), timeout=1.0)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 self._stderr_task.cancel()
             self._stderr_task = None
 

@@ -22,13 +22,11 @@ Network: its own network namespace with only loopback. Each endpoint it needs
 (the forge, its MCP server, its model) is relayed: `relay.py` inside listens on
 a loopback address and forwards every connection through a unix socket
 bind-mounted from the host, where `Egress` (egress.py) connects to the real
-endpoint. A loopback endpoint keeps its address; a named host on a port >=
-1024 keeps its URL (the name resolves to 127.0.0.1 in the sandbox's
-/etc/hosts, so TLS still checks the right name); a plain-HTTP endpoint on a
-remote IP or a low port is rewritten to a loopback port (`inside_url`,
-`agent_env`). An HTTPS endpoint on port 443 of a remote host cannot be
-relayed this way: the worker then shares the host's network namespace and
-`note` says why (the rest of the sandbox stays).
+endpoint; routes.py says how each endpoint keeps or changes its address
+(`inside_url`, `agent_env`). An endpoint that cannot be relayed (HTTPS on
+port 443 of a remote host: a CLI's built-in cloud endpoint) makes the worker
+share the host's network namespace instead, and `note` says why (the rest of
+the sandbox stays).
 
 A terminal command joins the agent's running sandbox (`enter_argv`: nsenter
 into its namespaces, then every capability dropped), so it sees exactly what
@@ -39,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import ipaddress
 import os
 import shutil
 import stat
@@ -51,6 +48,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
+from agensh_ray.agent.routes import Route, default_port, no_credentials, plan_routes, url_prefix
 from agensh_ray.errors import SandboxUnavailable
 
 SYSTEM_DIRS = ("/usr", "/etc")
@@ -66,27 +64,8 @@ RELAY_SCRIPT = Path(__file__).with_name("relay.py")
 """Runs inside from the read-only package folder."""
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY",
               "all_proxy")
-FIRST_REWRITE_PORT = 20000
-"""Loopback ports handed to rewritten endpoints inside a sandbox (its own network namespace: all are free)."""
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or run the workers unsandboxed "
                 "with --no-sandbox (RunConfig.sandbox.enabled = False)")
-
-
-class Route(BaseModel):
-    """One endpoint the sandboxed agent may reach, and how."""
-
-    model_config = ConfigDict(frozen=True)
-    host: str
-    """The real endpoint, as the worker's host connects to it."""
-    port: int
-    listen: tuple[str, ...]
-    """Addresses the relay inside listens on ("127.0.0.1:8080", "[::1]:8080")."""
-    socket: str
-    """The unix socket's file name in the relay folder."""
-    alias: str | None = None
-    """A host name that resolves to 127.0.0.1 inside (its /etc/hosts): the URL stays as it is."""
-    rewrite: str | None = None
-    """"127.0.0.1:PORT": URLs to this endpoint take this address inside (plain HTTP only)."""
 
 
 class SandboxPolicy(BaseModel):
@@ -142,7 +121,7 @@ class SandboxPolicy(BaseModel):
         else:
             network = "isolated"
             note = "network isolated: only " + ", ".join(
-                f"{name} ({_no_credentials(url)})" for name, url in sorted(endpoints.items()))
+                f"{name} ({no_credentials(url)})" for name, url in sorted(endpoints.items()))
         return cls(writable=tuple(writable), read_only=tuple(ro_kept), symlinks=symlinks, masked=tuple(masked),
                    hidden=tuple(covered), chdir=Path(chdir).absolute(), hostname=hostname, network=network,
                    routes=tuple(routes), url_vars=url_vars, endpoint_urls=tuple(endpoints.values()), note=note)
@@ -150,7 +129,7 @@ class SandboxPolicy(BaseModel):
     # -- what the agent is told -------------------------------------------------------------
     def route_for(self, url: str) -> Route | None:
         u = urlsplit(url)
-        port = u.port or _default_port(u.scheme)
+        port = u.port or default_port(u.scheme)
         return next((r for r in self.routes if r.host == u.hostname and r.port == port), None)
 
     def inside_url(self, url: str) -> str:
@@ -175,7 +154,7 @@ class SandboxPolicy(BaseModel):
         for url in self.endpoint_urls:
             inside = self.inside_url(url)
             if inside != url:
-                pairs.append((_prefix(inside), _prefix(url)))
+                pairs.append((url_prefix(inside), url_prefix(url)))
         n = int(out.get("GIT_CONFIG_COUNT", "0") or 0)
         for base, original in dict(pairs).items():
             out[f"GIT_CONFIG_KEY_{n}"], out[f"GIT_CONFIG_VALUE_{n}"] = f"url.{base}.insteadOf", original
@@ -194,73 +173,6 @@ class SandboxPolicy(BaseModel):
         if not aliases:
             return None
         return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n" + "".join(f"127.0.0.1\t{a}\n" for a in aliases)
-
-
-# -- endpoints -----------------------------------------------------------------------------------
-def _default_port(scheme: str) -> int:
-    return 443 if scheme == "https" else 80
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        return False
-
-
-def _is_loopback(host: str) -> bool:
-    return host == "localhost" or (_is_ip(host) and ipaddress.ip_address(host).is_loopback)
-
-
-def _no_credentials(url: str) -> str:
-    """scheme://host:port of `url`: no user, password or path (an MCP URL's path holds its token)."""
-    u = urlsplit(url)
-    return f"{u.scheme}://{u.netloc.rpartition('@')[2]}"
-
-
-def _prefix(url: str) -> str:
-    u = urlsplit(url)
-    return f"{u.scheme}://{u.netloc}/"
-
-
-def plan_routes(endpoints: dict[str, str]) -> tuple[list[Route], dict[str, str]]:
-    """How each endpoint is reached from inside, and the endpoints that cannot be (name -> why)."""
-    routes: list[Route] = []
-    refused: dict[str, str] = {}
-    planned: dict[tuple[str, int], Route] = {}
-    parsed = {}
-    for name, url in endpoints.items():
-        u = urlsplit(url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            refused[name] = f"{_no_credentials(url)} is not an http(s) URL"
-            continue
-        parsed[name] = (u.scheme, u.hostname, u.port or _default_port(u.scheme))
-    used = {port for _, host, port in parsed.values() if _is_loopback(host)}
-    next_port = FIRST_REWRITE_PORT
-    for name, (scheme, host, port) in parsed.items():
-        if (host, port) in planned:
-            continue
-        sock = f"{len(routes)}.sock"
-        if _is_loopback(host):
-            listen = ("127.0.0.1", "[::1]") if host == "localhost" else (f"[{host}]" if ":" in host else host,)
-            route = Route(host=host, port=port, listen=tuple(f"{a}:{port}" for a in listen), socket=sock)
-        elif not _is_ip(host) and port >= 1024 and port not in used:
-            used.add(port)
-            route = Route(host=host, port=port, listen=(f"127.0.0.1:{port}",), socket=sock, alias=host)
-        elif scheme == "http":
-            while next_port in used:
-                next_port += 1
-            used.add(next_port)
-            route = Route(host=host, port=port, listen=(f"127.0.0.1:{next_port}",), socket=sock,
-                          rewrite=f"127.0.0.1:{next_port}")
-        else:
-            refused[name] = (f"{_no_credentials(endpoints[name])} is HTTPS on {host}:{port}; a loopback relay "
-                             "cannot keep its name on a port below 1024")
-            continue
-        planned[(host, port)] = route
-        routes.append(route)
-    return routes, refused
 
 
 # -- the toolchain ---------------------------------------------------------------------------------
@@ -388,7 +300,7 @@ def unavailable() -> str | None:
     probe = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-net", "--cap-drop", "ALL",
              "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"]
     try:
-        res = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        res = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not start a sandbox: {exc}"
     if res.returncode != 0:

@@ -14,10 +14,10 @@ implement it and share everything but how the agent process is reached:
 
 What they share lives in `AcpSession`: the workdir-confined client and its
 permission policy, the sandbox's view of the endpoints (the MCP URL and the
-environment as the agent reaches them from inside), the initialize request, a turn raced against the death of the process (AgentDied
-when it dies, TurnFailed when the agent answers the turn with an error), the
-usage of a turn, and redaction: credentials never reach a log or an error
-message.
+environment as the agent reaches them from inside), a turn raced against the
+death of the process (AgentDied when it dies, TurnFailed when the agent
+answers the turn with an error), the usage of a turn, and redaction:
+credentials never reach a log or an error message.
 
 Usage comes two ways: `usage_update` (context size, cumulative cost) during
 the turn and `PromptResponse.usage` (tokens of the turn, or of the session
@@ -36,13 +36,14 @@ from pathlib import Path
 
 import acp
 from acp import RequestError
-from acp.schema import ClientCapabilities, FileSystemCapabilities, HttpMcpServer, Implementation
+from acp.schema import HttpMcpServer
 
-from agensh_ray.agent.client import SessionObserver, TurnUsage, WorkdirClient
+from agensh_ray.agent.client import SessionObserver, TurnUsage, WorkdirClient, initialize
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.policy import PermissionPolicy
 from agensh_ray.agent.process import AgentProcess
 from agensh_ray.agent.sandbox import SandboxPolicy
+from agensh_ray.agent.warmup import start_once
 from agensh_ray.errors import AgentDied, AgentNeedsCredentials, TurnFailed
 
 log = logging.getLogger(__name__)
@@ -50,17 +51,6 @@ log = logging.getLogger(__name__)
 AUTH_REQUIRED = -32000
 """ACP's error code for `auth_required`."""
 CONNECTION_ERRORS = (ConnectionError, BrokenPipeError, asyncio.IncompleteReadError)
-
-
-async def initialize(conn: acp.ClientSideConnection, title: str):
-    """The initialize request every session kind sends: fs and terminal capabilities, our identity."""
-    return await conn.initialize(
-        protocol_version=acp.PROTOCOL_VERSION,
-        client_capabilities=ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
-        ),
-        client_info=Implementation(name="agensh-ray", title=title, version="0.1.0"),
-    )
 
 
 def forge_tokens(workdir: Path) -> list[str]:
@@ -252,7 +242,7 @@ class ProcessSession(AcpSession):
     async def start(self, timeout_s: float = 120.0) -> str:
         """Spawn the agent, initialize, and open a new session (or load the old one after a crash)."""
         t0 = time.monotonic()
-        await asyncio.to_thread(self.harness.prepare, self.host_env)
+        await asyncio.to_thread(self.harness.prepare, self.host_env, start_once)
         self._process = AgentProcess(
             self.harness.argv(), self.env, self.workdir, self.log_dir / f"{self.worker_id}.agent.stderr", self.redact,
             sandbox=self.sandbox,

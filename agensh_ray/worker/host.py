@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from agensh_ray import prompts
-from agensh_ray.agent.harness import Harness, get_harness
 from agensh_ray.agent import sandbox
+from agensh_ray.agent.harness import Harness, get_harness
 from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.config import RunConfig
@@ -188,7 +188,7 @@ class WorkerHost:
             try:
                 await asyncio.wait_for(self._clock_event.wait(),
                                        min(CLOCK_MAX_SLEEP_S, self.cfg.wall(nxt)) + 0.001)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     # -- router intake ---------------------------------------------------------------------
@@ -240,7 +240,7 @@ class WorkerHost:
             if w.task is not None:
                 try:
                     await asyncio.wait_for(w.task, timeout=10)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
+                except (TimeoutError, asyncio.CancelledError):
                     w.task.cancel()
                 except Exception:
                     log.exception("worker %s loop failed", w.id)
