@@ -1,10 +1,13 @@
 """The sandbox as plain data, without starting one: which endpoints are relayed and
 how (kept, aliased, rewritten, or not relayable), the agent's URLs and environment as
 seen from inside, what is read-only, writable, masked and hidden, and the bwrap and
-nsenter command lines that enforce it. tests/test_security_sandbox.py runs them."""
+nsenter command lines that enforce it; and a run that refuses to start without
+bubblewrap. tests/test_security_sandbox.py runs the sandbox."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from agensh_ray.agent.sandbox import (
     plan_routes,
 )
 from agensh_ray.paths import PROJECT_ROOT
+from agensh_ray.run import parse_args
 
 
 def test_loopback_endpoints_keep_their_address():
@@ -162,3 +166,16 @@ def test_one_relay_per_host_and_port(tmp_path):
     p = _policy(tmp_path, {"forge": "http://127.0.0.1:5/r.git", "tools": "http://127.0.0.1:6/w/mcp",
                            "forge (w002)": "http://w002:t@127.0.0.1:5/r.git"})
     assert [(r.port, r.socket) for r in p.routes] == [(5, "0.sock"), (6, "1.sock")]
+
+
+def test_without_bubblewrap_a_run_refuses_to_start_unless_told_no_sandbox(tmp_path):
+    """The CLI, as a user runs it, on a PATH without bwrap: it refuses before starting anything, says why and
+    what to do; `--no-sandbox` turns the sandbox off in the run's config."""
+    env = dict(os.environ, PATH=str(tmp_path / "empty-bin"))
+    res = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--workers", "1", "--run-dir", str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "the workers cannot be sandboxed on this machine: `bwrap` is not installed" in res.stderr
+    assert "apt-get install bubblewrap" in res.stderr and "--no-sandbox" in res.stderr
+    assert "ray ready" not in res.stdout and not list(tmp_path.glob("*/config.json"))
+    assert parse_args([]).sandbox.enabled and not parse_args(["--no-sandbox"]).sandbox.enabled
