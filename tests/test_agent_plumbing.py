@@ -159,6 +159,11 @@ COMMANDS = [
     ("git push origin w001/x:refs/heads/main", "pushing to main"),
     ("git push origin HEAD:Main", "pushing to main"),
     ("git push origin HEAD:refs/heads/MAIN", "pushing to main"),
+    ("git push origin HEAD:heads/main", "pushing to main"),  # git takes heads/main on the remote to refs/heads/main
+    ("git push origin w001/x:heads/Main", "pushing to main"),
+    ("git push origin HEAD:HEAD", "would make a branch named HEAD"),
+    ("git push origin :", "pushes many branches, main among them"),
+    ("git push origin 'refs/heads/*:refs/heads/*'", "pushes many branches"),
     ("git push", "pushing to main (`HEAD`)"),  # the clone is on main
     ("git push origin HEAD", "pushing to main (`HEAD`)"),
     ("git checkout main && git push -u origin HEAD", "pushing to main"),
@@ -250,6 +255,7 @@ def test_tmp_is_allowed_only_where_it_is_private(clone):
     ("other", {"type": "CLAIM", "text": "upper: textkit/commands/upper.py"}, [], None),
     (None, {"command": "sudo id"}, [], "`sudo` is refused"),
     (None, {"path": "/etc/hosts"}, [], "outside your workdir"),
+    ("install_everything", {}, [], "kind `install_everything` is not on the list"),
 ])
 def test_the_tool_call_policy(repo, kind, raw, locations, refused):
     reason = PermissionPolicy(repo, "w001").tool_call(kind, "", raw, locations)

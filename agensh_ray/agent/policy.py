@@ -15,9 +15,11 @@ agent. docs/real-agents.md has the table.
   or `$HOME`, or holding a `..` component, also after `=` and after a
   redirection) must resolve inside the workdir, but for /dev/null and its
   kin and, in a sandbox, /tmp (private to the worker there). `git push` may
-  not write main in any spelling, force (-f, --force, --force-with-lease,
-  +refspec, --mirror), push everything (--all, --tags, --prune), or delete a
-  branch outside the worker's own `<worker>/` namespace.
+  not write main in any spelling (main, heads/main, refs/heads/main, any
+  case), force (-f, --force, --force-with-lease, +refspec, --mirror), push
+  everything (--all, --tags, --prune, `:`, a `*` refspec), make a branch
+  named HEAD, or delete a branch outside the worker's own `<worker>/`
+  namespace.
 
 The sandbox (sandbox.py) is the boundary; this policy is the first line,
 against mistakes and plain prompt injection: it cannot see through aliases,
@@ -55,6 +57,8 @@ REDIRECT = re.compile(r"^\d*(<|>|>>|<>|>\||&>|&>>|>&|<&)$")
 PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "cwd", "directory", "dir", "source", "destination",
              "old_path", "new_path", "oldPath", "newPath", "target", "workdir")
 MAX_DEPTH = 4
+PATH_KINDS = ("read", "search", "edit", "delete", "move", "other")
+"""ACP tool kinds allowed when every path they name is inside the workdir (and a command, if any, passes)."""
 
 
 class Refused(Exception):
@@ -70,7 +74,8 @@ class _Where:
 
 
 def _branch(ref: str) -> str:
-    return ref.removeprefix("refs/heads/")
+    """The branch a push destination names as git resolves it on the remote (`refs/heads/x`, `heads/x`, `x`)."""
+    return ref.removeprefix("refs/heads/").removeprefix("heads/")
 
 
 class PermissionPolicy:
@@ -106,6 +111,9 @@ class PermissionPolicy:
     def _tool_call(self, kind, title, raw, locations) -> None:
         if kind in ("think", "switch_mode"):
             return
+        if kind is not None and kind not in PATH_KINDS + ("execute", "fetch"):
+            raise Refused(f"a tool call of kind `{kind}` is not on the list (read, search, edit, delete, move, "
+                          "execute, think, switch_mode, other)")
         if kind == "fetch":
             raise Refused("fetching from the web is not allowed: workers reach only the forge, their tools and "
                           "their model")
@@ -301,6 +309,9 @@ class PermissionPolicy:
         for spec in refspecs:
             if spec.startswith("+"):
                 raise Refused(f"force pushes (`{spec}`) are refused: never rewrite pushed history")
+            if spec == ":" or "*" in spec:
+                raise Refused(f"`git push` with `{spec}` pushes many branches, main among them: push your own "
+                              "branch by name")
             src, sep, dst = spec.partition(":")
             if delete or (sep and not src):
                 gone = _branch(dst if sep else src)
@@ -309,8 +320,10 @@ class PermissionPolicy:
                                   f"branches ({self.worker_id}/...)")
                 continue
             target = _branch(dst if sep else src)
-            if target in ("HEAD", "@"):
+            if not sep and target in ("HEAD", "@"):
                 target = where.branch or self._current_branch(where.cwd)
+            elif target in ("HEAD", "@"):
+                raise Refused(f"`{spec}` would make a branch named {target} on the forge: name your own branch")
             if target.lower() == "main":
                 raise Refused(f"pushing to main (`{spec}`) is refused: main is protected; push your own branch "
                               "and merge it with pr_merge")
