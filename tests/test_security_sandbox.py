@@ -6,7 +6,7 @@ then the same sandbox), permission requests, and ACP fs/* reads and writes. Each
 refused with a clear message or sees nothing. Afterwards the same agent's next turn
 reaches its MCP tools, commits in its workdir, pushes its own branches to the forge
 through the sandbox's relays, and its PR merges; the other worker's clone, token and
-branches are untouched."""
+branch are untouched."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from agensh_ray.agent import sandbox
 from agensh_ray.config import SandboxConfig
 from agensh_ray.fakes.acp_agent import AgentScript, Step
 from agensh_ray.paths import PROJECT_ROOT
-from tests.support import LocalServices, await_for
+from tests.support import LocalServices, await_for, wait_for
 
 pytestmark = [
     pytest.mark.security,
@@ -87,6 +87,10 @@ def attacks(decoy_port: int) -> list[Step]:
         Step(do="write", text="../../escape3.txt", content="x"),
         # 24: an MCP tool call: the refusals' reasons arrive with its result
         Step(do="mcp", tool="board_read", args={}),
+        # 25-26: the other worker's branch, through a terminal and a permission request
+        term("git push origin --delete w002/work"),
+        Step(do="permission", text="git push origin +HEAD:w002/work", kind="execute",
+             args={"command": "git push origin +HEAD:w002/work"}),
     ]
 
 
@@ -136,12 +140,17 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     w2_token = services.forge_plain.store.users["w002"]
     main_before = forge_git(run_dir / "forge", "rev-parse", "main")
     await host.start()
-    pids: list[int] = []
+    tree: list[psutil.Process] = []
     try:
         await asyncio.to_thread(host.workdirs.prepare, "w002", w2.workdir, w2.home, services.clone_urls["w002"])
+        for args in (["checkout", "-q", "-b", "w002/work"], ["commit", "-q", "--allow-empty", "-m", "w002's work"],
+                     ["push", "-q", "origin", "HEAD"]):
+            subprocess.run(["git", "-C", str(w2.workdir), *args], check=True, capture_output=True)
+        w2_branch = forge_git(run_dir / "forge", "rev-parse", "w002/work")
         await host.launch("w001")
         await await_for(lambda: w1.turn >= 1 and not w1.in_turn, 120, "the hostile turn to end")
-        pids = [p.pid for p in psutil.Process(w1.session.pid).children(recursive=True)] + [w1.session.pid]
+        top = psutil.Process(w1.session.pid)
+        tree = [top, *top.children(recursive=True)]  # psutil.Process knows its start time: no pid reuse
         host.push(w1, "nudge", "Carry on with your work.")
         await await_for(lambda: w1.turn >= 2 and not w1.in_turn, 120, "the normal turn to end")
     finally:
@@ -150,7 +159,7 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
         decoy.close()
 
     got = steps(log, 0)
-    assert len(got) == 25, [s["step"] for s in got]
+    assert len(got) == 27, [s["step"] for s in got]
     out = {s["step"]: text(s) for s in got}
     ok = {s["step"]: s["ok"] for s in got}
     # Its own shell sees no other worker, no run folder, no forge state; writes nothing outside; no other process.
@@ -182,6 +191,8 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     # The refusals' reasons reached the agent with its next tool result.
     assert "Refused by your permission policy: git push -f origin HEAD:main" in out[24]
     assert "force pushes (`-f`) are refused" in out[24] and "/etc/shadow" in out[24]
+    assert not ok[25] and "deleting the branch `w002/work` is refused" in out[25], out[25]
+    assert out[26] == "reject"
 
     # The same agent, next turn: tools, commit, push (terminal and its own git), a PR that merges.
     normal = {s["step"]: (s["ok"], text(s)) for s in steps(log, 1)}
@@ -193,8 +204,9 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     assert forge_git(run_dir / "forge", "show", "main:hello.txt") == "hello\n"
     assert forge_git(run_dir / "forge", "rev-parse", "main") != main_before
     branches = forge_git(run_dir / "forge", "for-each-ref", "--format=%(refname:short)", "refs/heads").split()
-    assert sorted(branches) == ["main", "w001/hello", "w001/own-git"]
-    # The other worker: its token and clone untouched.
+    assert sorted(branches) == ["main", "w001/hello", "w001/own-git", "w002/work"]
+    # The other worker: its branch, token and clone untouched.
+    assert forge_git(run_dir / "forge", "rev-parse", "w002/work") == w2_branch
     assert services.forge_plain.store.users["w002"] == w2_token
     assert w2_token in (w2.workdir / ".git" / "config").read_text()
     # Traced, and nothing of the sandbox outlives the host.
@@ -203,7 +215,17 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     assert len(refused) >= 9 and all(r["worker_id"] == "w001" for r in refused)
     started = next(r for r in rows if r["event"] == "started")
     assert "sandbox: network isolated" in started["detail"]
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    def alive() -> list[psutil.Process]:
+        out = []
+        for p in tree:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    wait_for(lambda: not alive(), 30, "the sandbox's processes to end with the host")
 
 
 async def test_the_shared_sim_process_is_sandboxed_with_its_hosts_workdirs(tmp_path, git_env):
