@@ -13,7 +13,7 @@ its MCP tool server), exactly as a run does, and measures:
   the sandbox: the two bwrap processes and the relay included), and sandbox_pss_mib, the part of
   it that is the sandbox's own processes;
 - terminal_ms: a terminal command (`true`) through ACP terminal/create, spawn to exit (with the
-  sandbox it joins the agent's namespaces through nsenter), median of --terminals.
+  sandbox it joins the agent's namespaces through enter.py), median of --terminals.
 
 One unmeasured start first fills the machine's shared caches (the first start on a machine does that once).
 Modes alternate run by run so the machine's drift hits both alike. Prints the machine, each run,

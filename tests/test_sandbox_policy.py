@@ -155,11 +155,10 @@ def test_bwrap_puts_each_mount_in_its_order(tmp_path):
     assert tail[4:] == [f"127.0.0.1:9={RELAY_MOUNT}/net/0.sock", "--", "copilot", "--acp"]
 
 
-def test_a_terminal_joins_the_running_sandbox_without_capabilities():
+def test_a_terminal_joins_the_running_sandbox_through_enter_py():
     argv = enter_argv(4242, Path("/w/repo"), ["/bin/sh", "-c", "ls"])
-    assert argv[:6] == ["nsenter", "--target", "4242", "--all", "--root", "--wd"]
-    assert "--no-new-privs" in argv and "--bounding-set=-all" in argv and "--inh-caps=-all" in argv
-    assert argv[-6:] == ["-C", "/w/repo", "--", "/bin/sh", "-c", "ls"]
+    assert argv == [sys.executable, "-I", "-S", str(PROJECT_ROOT / "agensh_ray/agent/enter.py"), "4242", "/w/repo",
+                    "--", "/bin/sh", "-c", "ls"]
 
 
 def test_one_relay_per_host_and_port(tmp_path):

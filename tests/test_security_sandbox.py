@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -23,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agensh_ray.agent import sandbox
+from agensh_ray.agent.sandbox import SandboxPolicy, bwrap_argv
 from agensh_ray.config import SandboxConfig
 from agensh_ray.fakes.acp_agent import AgentScript, Step
 from agensh_ray.paths import PROJECT_ROOT
@@ -256,3 +260,47 @@ async def test_the_shared_sim_process_is_sandboxed_with_its_hosts_workdirs(tmp_p
     assert out[:5] == ["_h000", "w001", "w002", "workers", "home"], out
     assert int(out[5]) <= 8
     assert pushed
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_terminal_joins_the_running_sandbox_without_capabilities(tmp_path, user):
+    """A terminal command (enter.py) joins the agent's sandbox: its /tmp, its namespaces, no capability, no way
+    to gain one, the same read-only view; as root (no user namespace) and as another user (bubblewrap's two user
+    namespaces: the command must end in the inner one, where it holds nothing)."""
+    if os.geteuid() != 0:
+        pytest.skip("runs the sandbox as root and as nobody: needs root")
+    work = Path(tempfile.mkdtemp(prefix="agensh-enter-"))  # pytest's own folder is root's alone
+    if user != "root":
+        os.chown(work, 65534, 65534)
+    as_user = [] if user == "root" else ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
+    links = tuple((link, os.readlink(link)) for link in ("/bin", "/lib", "/lib64", "/sbin") if os.path.islink(link))
+    policy = SandboxPolicy(writable=(work,), read_only=(Path("/usr"), Path("/etc")), symlinks=links, chdir=work)
+    info_r, info_w = os.pipe()
+    agent = subprocess.Popen([*as_user, *bwrap_argv(policy, ["sh", "-c", "echo agent > /tmp/mark; exec sleep 120"],
+                                                    None, info_fd=info_w)], pass_fds=(info_w,))
+    os.close(info_w)
+    try:
+        with os.fdopen(info_r, "rb") as f:
+            pid = json.loads(f.read())["child-pid"]
+        argv = sandbox.enter_argv(pid, work, ["sh", "-c", "id -u; grep -E '^(CapEff|CapPrm|NoNewPrivs)' "
+                                              "/proc/self/status; cat /tmp/mark; readlink /proc/self/ns/user "
+                                              "/proc/self/ns/mnt /proc/self/ns/net; touch /usr/x; touch ok"])
+        if user != "root":
+            argv[0] = "/usr/bin/python3"  # this machine's own Python lives in root's HOME, unreadable to nobody
+
+        def enter():
+            assert agent.poll() is None, "the sandbox ended"
+            res = subprocess.run([*as_user, *argv], capture_output=True, text=True, timeout=60, check=False)
+            return res if "agent" in res.stdout else None
+
+        res = wait_for(enter, 30, "the sandbox's /tmp to hold the agent's mark")
+        out = res.stdout.split()
+        assert out[0] == ("0" if user == "root" else "65534"), res.stdout
+        assert out[1:7] == ["CapPrm:", "0000000000000000", "CapEff:", "0000000000000000", "NoNewPrivs:", "1"], out
+        assert out[8:11] == [os.readlink(f"/proc/{pid}/ns/{ns}") for ns in ("user", "mnt", "net")], out
+        assert out[9] != os.readlink("/proc/self/ns/mnt")
+        assert "Read-only file system" in res.stderr and (work / "ok").exists()
+    finally:
+        agent.kill()
+        agent.wait(30)
+        shutil.rmtree(work)

@@ -28,9 +28,9 @@ port 443 of a remote host: a CLI's built-in cloud endpoint) makes the worker
 share the host's network namespace instead, and `note` says why (the rest of
 the sandbox stays).
 
-A terminal command joins the agent's running sandbox (`enter_argv`: nsenter
-into its namespaces, then every capability dropped), so it sees exactly what
-the agent sees.
+A terminal command joins the agent's running sandbox (`enter_argv`: enter.py,
+nsenter into its namespaces, then every capability dropped), so it sees
+exactly what the agent sees, whether the host runs as root or not.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ RELAY_MOUNT = "/run/agensh"
 """Where the relay folder (its unix sockets, the hosts file) appears inside the sandbox."""
 RELAY_SCRIPT = Path(__file__).with_name("relay.py")
 """Runs inside from the read-only package folder."""
+ENTER_SCRIPT = Path(__file__).with_name("enter.py")
+"""Runs on the host and joins a running sandbox (a terminal command)."""
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY",
               "all_proxy")
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or run the workers unsandboxed "
@@ -285,10 +287,9 @@ def bwrap_argv(policy: SandboxPolicy, argv: list[str], relay_dir: Path | None, i
 
 def enter_argv(pid: int, cwd: Path, argv: list[str]) -> list[str]:
     """Run `argv` inside the running sandbox whose process `pid` is (its namespaces, root and view), in `cwd`,
-    with every capability dropped and no_new_privs, as the agent's own commands run."""
-    return ["nsenter", "--target", str(pid), "--all", "--root", "--wd", "--",
-            "setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--",
-            "env", "-C", str(cwd), "--", *argv]
+    with every capability dropped and no_new_privs, as the agent's own commands run (enter.py: nsenter, then
+    setpriv; as a user other than root, through bubblewrap's two user namespaces)."""
+    return [sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(pid), str(cwd), "--", *argv]
 
 
 @functools.cache
