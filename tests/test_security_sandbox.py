@@ -247,7 +247,8 @@ async def test_the_shared_sim_process_is_sandboxed_with_its_hosts_workdirs(tmp_p
         c = w1.session.client
         t = await c.create_terminal("/bin/sh", w1.session.session_id,
                                     args=["-c", py("import os; print(*sorted(os.listdir('../..')), "
-                                                   "*sorted(os.listdir('../../..')), *os.listdir('../../_h000'))") + "; ps ax -o args= | wc -l"])
+                                                   "*sorted(os.listdir('../../..')), *os.listdir('../../_h000'))")
+                                          + "; ps ax -o args= | wc -l"])
         await c.wait_for_terminal_exit(w1.session.session_id, t.terminal_id)
         out = (await c.terminal_output(w1.session.session_id, t.terminal_id)).output.split()
         await c.release_terminal(w1.session.session_id, t.terminal_id)

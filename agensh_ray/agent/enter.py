@@ -53,7 +53,8 @@ def argv_for(pid: str, cwd: str, command: list[str]) -> tuple[list[str], list[in
         keep.append(owner)
     else:
         os.close(owner)
-    out += [f"--{flag}={ns}/{name}" for name, flag in NAMESPACES if _ino(f"{ns}/{name}") != _ino(f"/proc/self/ns/{name}")]
+    out += [f"--{flag}={ns}/{name}" for name, flag in NAMESPACES
+            if _ino(f"{ns}/{name}") != _ino(f"/proc/self/ns/{name}")]
     out += ["--root", "--wd", "--"]
     if _ino(inner) not in (own_user, *(_ino(fd) for fd in keep)):
         # /proc/self inside the sandbox is the sandbox's own /proc, where the inherited fd is found all the same.

@@ -36,7 +36,19 @@ from pathlib import Path
 
 from agensh_ray.agent.shellwords import ASSIGNMENT, flag_value, pattern_index, substitutions, without_heredocs, wrapped
 
-PROGRAMS = frozenset([":", ".", "[", "alias", "awk", "basename", "bc", "break", "cat", "cd", "chmod", "cmp", "column", "comm", "command", "continue", "cp", "cut", "date", "declare", "diff", "dirname", "du", "echo", "egrep", "env", "eval", "exec", "exit", "export", "expr", "false", "fgrep", "file", "find", "fmt", "fold", "for", "gawk", "getconf", "git", "grep", "gunzip", "gzip", "head", "hexdump", "id", "install", "jobs", "join", "jq", "kill", "less", "ln", "local", "ls", "make", "md5sum", "mkdir", "mktemp", "more", "mv", "nice", "nl", "nohup", "node", "npm", "npx", "od", "paste", "patch", "printf", "ps", "pwd", "pytest", "python", "read", "readlink", "realpath", "return", "rev", "rg", "rm", "rmdir", "sed", "seq", "set", "sh", "sha1sum", "sha256sum", "shift", "shuf", "sleep", "sort", "source", "split", "stat", "stdbuf", "strings", "tac", "tail", "tar", "tee", "test", "time", "timeout", "touch", "tr", "tree", "true", "type", "uname", "uniq", "unset", "unzip", "wait", "wc", "which", "xargs", "xxd", "yes", "zcat", "zip", "bash", "dash", "zsh", "cc", "gcc", "g++", "clang", "ld", "ar", "cargo", "rustc", "go", "java", "javac", "ruff", "mypy", "black", "tsc"])
+PROGRAMS = frozenset([
+    ":", ".", "[", "alias", "awk", "basename", "bc", "break", "cat", "cd", "chmod", "cmp", "column", "comm",
+    "command", "continue", "cp", "cut", "date", "declare", "diff", "dirname", "du", "echo", "egrep", "env", "eval",
+    "exec", "exit", "export", "expr", "false", "fgrep", "file", "find", "fmt", "fold", "for", "gawk", "getconf",
+    "git", "grep", "gunzip", "gzip", "head", "hexdump", "id", "install", "jobs", "join", "jq", "kill", "less", "ln",
+    "local", "ls", "make", "md5sum", "mkdir", "mktemp", "more", "mv", "nice", "nl", "nohup", "node", "npm", "npx",
+    "od", "paste", "patch", "printf", "ps", "pwd", "pytest", "python", "read", "readlink", "realpath", "return",
+    "rev", "rg", "rm", "rmdir", "sed", "seq", "set", "sh", "sha1sum", "sha256sum", "shift", "shuf", "sleep", "sort",
+    "source", "split", "stat", "stdbuf", "strings", "tac", "tail", "tar", "tee", "test", "time", "timeout", "touch",
+    "tr", "tree", "true", "type", "uname", "uniq", "unset", "unzip", "wait", "wc", "which", "xargs", "xxd", "yes",
+    "zcat", "zip", "bash", "dash", "zsh", "cc", "gcc", "g++", "clang", "ld", "ar", "cargo", "rustc", "go", "java",
+    "javac", "ruff", "mypy", "black", "tsc"
+])
 """Programs and shell builtins a worker may run (plus python3.X, pip*, and programs inside its workdir)."""
 VERSIONED = re.compile(r"^(python|pip)\d*(\.\d+)*$")
 NO_ROOT = frozenset({"sudo", "su", "doas", "pkexec", "runuser"})
