@@ -31,11 +31,12 @@ def _prompts(run_dir, worker: str) -> list[str]:
 async def test_host_prompts_follow_the_turn_clock(tmp_path):
     services = LocalServices(tmp_path, WORKERS)
     run_dir = tmp_path / "run"
-    # 4 schedule minutes at x60 = 4 wall seconds: idle nudge after 30 schedule s (0.5 s),
-    # wind-down notices at T-120 s (wall 2 s) and T-60 s (wall 3 s).
+    # 4 schedule minutes at x15 = 16 wall seconds: idle nudge after 30 schedule s (2 s),
+    # wind-down notices at T-120 s (wall 8 s) and T-60 s (wall 12 s). The late starter is launched
+    # at schedule second 150 and must be up (a sandboxed agent process) within the next 2 wall s.
     host = services.host(
         run_dir, WORKERS, harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --log ~/agent.jsonl",
-        minutes=4, time_scale=60, routing=RoutingConfig(idle_nudge_s=30, wind_down_s=[120, 60]),
+        minutes=4, time_scale=15, routing=RoutingConfig(idle_nudge_s=30, wind_down_s=[120, 60]),
     )
     await host.start()
     try:
