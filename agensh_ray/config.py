@@ -152,6 +152,20 @@ class GatewayConfig(BaseModel):
     """Longest silence of a provider's answer before the call counts as failed."""
 
 
+class SandboxConfig(BaseModel):
+    """The bubblewrap sandbox around each worker's agent process and every command it runs
+    (agensh_ray/agent/sandbox.py; docs/real-agents.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    """Sandbox the workers (own mount, PID and network namespaces; only the workdir and HOME writable; only
+    the forge, the MCP tools and the model reachable). A run refuses to start where bubblewrap cannot run,
+    unless this is off (`--no-sandbox`)."""
+    read_only: list[Path] = Field(default_factory=list)
+    """Extra folders every sandbox sees read-only (a dataset, a toolchain outside /usr)."""
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -197,9 +211,10 @@ class RunConfig(BaseModel):
     sim: SimConfig = Field(default_factory=SimConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
     @model_validator(mode="after")
-    def _check(self) -> "RunConfig":
+    def _check(self) -> RunConfig:
         if not 1 <= self.workers <= 1024:
             raise ValueError(f"workers must be between 1 and 1,024, got {self.workers}")
         if self.time_scale <= 0:

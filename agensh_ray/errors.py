@@ -86,6 +86,10 @@ class HarnessError(ValueError):
     """An unknown harness name, or an agent CLI that cannot be found or configured."""
 
 
+class SandboxUnavailable(Exception):
+    """Bubblewrap cannot sandbox the workers on this machine (the message says why and what to do)."""
+
+
 class TaskError(Exception):
     """A task that cannot be found, read or run, with a message saying which and why."""
 

@@ -37,3 +37,8 @@ def resume() -> str:
 
 def handoff(worker_id: str, claims: str, prs: str, recent: str) -> str:
     return _text("handoff").strip().format(worker_id=worker_id, claims=claims, prs=prs, recent=recent)
+
+
+def refused(what: str, reason: str) -> str:
+    """What an agent reads after a permission request of its was refused (ACP carries no reason)."""
+    return _text("refused").strip().format(what=what, reason=reason)

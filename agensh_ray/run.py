@@ -19,9 +19,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agensh_ray.agent import sandbox
 from agensh_ray.agent.harness import get_harness
-from agensh_ray.config import GatewayConfig, ModelLimit, RoutingConfig, RunConfig, ServicesConfig, SimConfig
-from agensh_ray.errors import CapacityError, HarnessError, TaskError
+from agensh_ray.config import (
+    GatewayConfig, ModelLimit, RoutingConfig, RunConfig, SandboxConfig, ServicesConfig, SimConfig,
+)
+from agensh_ray.errors import CapacityError, HarnessError, SandboxUnavailable, TaskError
 from agensh_ray.task import Task
 
 log = logging.getLogger("agensh.run")
@@ -99,6 +102,12 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--budget-run-tokens", type=int, default=None, help="gateway: tokens for the run, then it winds down")
     p.add_argument("--prices", type=Path, default=None,
                    help="gateway: JSON prices in LiteLLM's format; its models win over LiteLLM's price map")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="turn off the bubblewrap sandbox that confines each worker's agent and its commands to its "
+                   "workdir and HOME, with only its forge, tools and model reachable; without this flag a run "
+                   "refuses to start where bubblewrap cannot sandbox (not installed, or no namespaces)")
+    p.add_argument("--sandbox-read-only", type=Path, action="append", default=[], metavar="DIR",
+                   help="an extra folder every sandbox sees read-only (repeatable)")
     p.add_argument("--think", type=float, default=20.0, help="sim: schedule seconds per step")
     p.add_argument("--bug-rate", type=float, default=0.25, help="sim: probability a first attempt fails its check")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -135,6 +144,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             services=ServicesConfig(secrets=a.secrets.resolve() if a.secrets else None, gitea_url=a.gitea_url,
                                     mattermost_url=a.mattermost_url, intake_listen=a.intake_listen),
             gateway=gateway,
+            sandbox=SandboxConfig(enabled=not a.no_sandbox, read_only=[d.resolve() for d in a.sandbox_read_only]),
         )
     except (ValidationError, HarnessError, OSError) as exc:
         p.error(str(exc))
@@ -160,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         task = Task.load(cfg.task)
-    except TaskError as exc:
+        if cfg.sandbox.enabled:
+            sandbox.require()
+    except (TaskError, SandboxUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from agensh_ray.driver import Run

@@ -9,12 +9,15 @@ chat. No launch stagger, so `launch_s` measures bringing every worker up.
 
 Prints the machine facts, progress, and as its last line one JSON object:
 workers, nodes, launch_s, first_turn_all_s, peak_rss_mib, fanout_p99_ms,
-board_post_p99_ms, deliveries_per_s, prs_merged, wall_s, and two memory
-cross-checks (see bench/common.py MemorySampler: peak_rss_mib is the process tree's summed
-PSS; peak_rss_sum_mib the naive RSS sum; peak_used_delta_mib the machine's).
+board_post_p99_ms, deliveries_per_s, prs_merged, wall_s, sandbox (whether the
+hosts' sim agent processes ran in their bubblewrap sandbox: on by default, as in a
+run; `--no-sandbox` for the figures without it), and two memory cross-checks (see
+bench/common.py MemorySampler: peak_rss_mib is the process tree's summed PSS;
+peak_rss_sum_mib the naive RSS sum; peak_used_delta_mib the machine's).
 
     python bench/scale.py                      # 1,024 workers, 16 nodes
     python bench/scale.py --workers 128 --nodes 2 --minutes 60
+    python bench/scale.py --no-sandbox          # the same without the workers' sandbox
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from ray.cluster_utils import Cluster
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agensh_ray.agent import sandbox  # noqa: E402
 from agensh_ray.analysis.views import connect  # noqa: E402
-from agensh_ray.config import RoutingConfig, RunConfig, SimConfig  # noqa: E402
+from agensh_ray.config import RoutingConfig, RunConfig, SandboxConfig, SimConfig  # noqa: E402
 from agensh_ray.driver import Run  # noqa: E402
 from agensh_ray.task import Task  # noqa: E402
 from bench.common import MemorySampler, descendants, machine_facts, percentile, print_result, reap  # noqa: E402
@@ -82,7 +86,10 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=60, help="schedule seconds per wall second")
     ap.add_argument("--routers", type=int, default=4)
     ap.add_argument("--run-dir", type=Path, default=Path("/tmp/agensh-bench"))
+    ap.add_argument("--no-sandbox", action="store_true", help="run the workers without their bubblewrap sandbox")
     args = ap.parse_args()
+    if not args.no_sandbox and sandbox.unavailable():
+        sys.exit(f"bench/scale.py: cannot sandbox the workers here: {sandbox.unavailable()} (or pass --no-sandbox)")
 
     per_node = -(-args.workers // args.nodes)
     print("machine:", json.dumps(machine_facts(ray=ray.__version__)), flush=True)
@@ -118,6 +125,7 @@ def main() -> None:
         score_every_s=1800,
         routing=RoutingConfig(routers=args.routers, idle_nudge_s=1800),
         sim=SimConfig(think_s=20, verify_main_rate=8 / args.workers),
+        sandbox=SandboxConfig(enabled=not args.no_sandbox),
     )
     out = io.StringIO()
 
@@ -160,6 +168,7 @@ def main() -> None:
         "deliveries_per_s": round(deliveries / span, 1) if span else None,
         "prs_merged": summary["prs_merged"],
         "wall_s": round(wall, 1),
+        "sandbox": not args.no_sandbox,
         "peak_rss_sum_mib": round(mem.peak_rss_sum / 2**20),
         "peak_used_delta_mib": round(mem.peak_used / 2**20),
     }

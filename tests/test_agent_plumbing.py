@@ -1,10 +1,11 @@
 """The parts of the agent plumbing that need no agent CLI: the secrets file,
-what each agent may see, redaction, the permission policy, and a real ACP
-agent subprocess (the sim) for the stderr log and the crash message."""
+what each agent may see, redaction, the permission policy (its table, case by
+case), and a real ACP agent subprocess for the stderr log and the crash message."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from acp.schema import PermissionOption, ToolCallLocation, ToolCallUpdate
 
 from agensh_ray.agent.client import SessionObserver, WorkdirClient
 from agensh_ray.agent.harness import get_harness, read_secrets
+from agensh_ray.agent.policy import PermissionPolicy
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.errors import AgentDied, HarnessError
 
@@ -56,9 +58,13 @@ def test_copilot_shares_one_package_cache_and_keeps_its_own_config(tmp_path, mon
 class Seen(SessionObserver):
     def __init__(self):
         self.permissions: list[tuple[str, bool, str]] = []
+        self.refused: list[tuple[str, str]] = []
 
     def on_permission(self, title, allowed, reason):
         self.permissions.append((title, allowed, reason))
+
+    def on_refused(self, what, reason):
+        self.refused.append((what, reason))
 
 
 OPTIONS = [
@@ -68,26 +74,201 @@ OPTIONS = [
 ]
 
 
-async def test_permissions_are_chosen_by_kind_inside_the_workdir_only(tmp_path):
+def _clone(root: Path) -> Path:
+    """A worker's workdir: a git clone on main (the policy reads its current branch)."""
+    wd = root / "workers" / "w001" / "repo"
+    wd.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(wd)], check=True)
+    (wd / "sub").mkdir()
+    return wd
+
+
+@pytest.fixture
+def clone(tmp_path):
+    return _clone(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """One clone for the policy's tables (they only read it)."""
+    return _clone(tmp_path_factory.mktemp("policy"))
+
+
+async def test_permissions_are_chosen_by_kind_inside_the_workdir_only(clone):
     seen = Seen()
-    c = WorkdirClient(tmp_path, seen, ["git push origin main"], {})
+    c = WorkdirClient(clone, seen, PermissionPolicy(clone, "w001"), {})
 
     async def ask(**call) -> str:
         resp = await c.request_permission(OPTIONS, "s", ToolCallUpdate(tool_call_id="t", **call))
         return resp.outcome.option_id
 
-    inside = [ToolCallLocation(path=str(tmp_path / "a.md"))]
+    inside = [ToolCallLocation(path=str(clone / "a.md"))]
     assert await ask(title="Write notes", kind="edit", locations=inside) == "yes"
     assert await ask(title="Write", kind="edit", raw_input={"file_path": "/etc/passwd"}) == "no"
     assert await ask(title="Bash", kind="execute", raw_input={"command": "git push origin main"}) == "no"
-    assert await ask(title="Read", kind="read", raw_input={"path": "/usr/lib/python3/os.py"}) == "yes"
-    assert [a for _, a, _ in seen.permissions] == [True, False, False, True]
-    assert "outside the worker's workdir" in seen.permissions[1][2]
+    assert await ask(title="Read", kind="read", raw_input={"path": "/usr/lib/python3/os.py"}) == "no"
+    assert await ask(title="agensh-board_write", kind="other", raw_input={"type": "FACT", "text": "x"}) == "yes"
+    assert [a for _, a, _ in seen.permissions] == [True, False, False, False, True]
+    assert seen.permissions[1][2] == f"the path `/etc/passwd` is outside your workdir {clone}; work inside your clone"
+    assert seen.permissions[2][2].startswith("pushing to main (`main`) is refused: main is protected")
     with pytest.raises(RequestError) as refused:
-        await c.write_text_file("x", str(tmp_path.parent / "escape.txt"), "s")
+        await c.write_text_file("x", str(clone.parent / "escape.txt"), "s")
     assert "outside the worker's workdir" in str(refused.value.data)
+    assert str(refused.value).startswith("refused by the worker's permission policy: ")
     await c.write_text_file("x", "inside.txt", "s")
-    assert c.files_written == [(tmp_path / "inside.txt").resolve()]
+    assert c.files_written == [(clone / "inside.txt").resolve()]
+
+
+async def test_a_refused_terminal_command_never_runs_and_says_why(clone):
+    seen = Seen()
+    c = WorkdirClient(clone, seen, PermissionPolicy(clone, "w001"), {"PATH": "/usr/bin:/bin"})
+    with pytest.raises(RequestError) as refused:
+        await c.create_terminal("/bin/sh", "s", args=["-c", "touch ran && git push -f origin HEAD:main"])
+    assert str(refused.value) == ("refused by the worker's permission policy: force pushes (`-f`) are refused: never "
+                                  "rewrite pushed history; merge main into your branch instead of rebasing")
+    assert not (clone / "ran").exists()
+    assert seen.refused == [("/bin/sh -c touch ran && git push -f origin HEAD:main", str(refused.value)[43:])]
+    t = await c.create_terminal("/bin/sh", "s", args=["-c", "echo ok > ran && git status --short"])
+    await c.wait_for_terminal_exit("s", t.terminal_id)
+    assert (clone / "ran").read_text() == "ok\n"
+    await c.close_terminals()
+
+
+# The policy's table: (command line, None if allowed else a fragment of the reason).
+COMMANDS = [
+    ("git push origin w001/feature", None),
+    ("git push -u origin w001/feature", None),
+    ("git checkout -q -b w001/x && git add -A && git commit -qm 'x' && git push -q origin HEAD", None),
+    ("git push origin --delete w001/old", None),
+    ("git push origin :w001/old", None),
+    ("git push origin HEAD:refs/heads/w001/x", None),
+    ("git push -f origin HEAD:main", "force pushes (`-f`)"),
+    ("git push --force origin w001/x", "force pushes (`--force`)"),
+    ("git push --force-with-lease origin w001/x", "force pushes (`--force-with-lease`)"),
+    ("git push --force-with-lease=w001/x:abc origin w001/x", "force pushes"),
+    ("git push -uf origin w001/x", "force pushes (`-uf`)"),
+    ("git push origin +w001/x", "force pushes (`+w001/x`)"),
+    ("git push origin +HEAD:w001/x", "force pushes"),
+    ("git push --mirror", "`git push --mirror` is refused"),
+    ("git push --all origin", "`git push --all` is refused"),
+    ("git push --tags origin", "`git push --tags` is refused"),
+    ("git push --prune origin", "`git push --prune` is refused"),
+    ("git push origin main", "pushing to main (`main`)"),
+    ("git push origin HEAD:main", "pushing to main (`HEAD:main`)"),
+    ("git push origin refs/heads/main", "pushing to main"),
+    ("git push origin w001/x:refs/heads/main", "pushing to main"),
+    ("git push origin HEAD:Main", "pushing to main"),
+    ("git push origin HEAD:refs/heads/MAIN", "pushing to main"),
+    ("git push origin HEAD:heads/main", "pushing to main"),  # git takes heads/main on the remote to refs/heads/main
+    ("git push origin w001/x:heads/Main", "pushing to main"),
+    ("git push origin HEAD:HEAD", "would make a branch named HEAD"),
+    ("git push origin :", "pushes many branches, main among them"),
+    ("git push origin 'refs/heads/*:refs/heads/*'", "pushes many branches"),
+    ("git push", "pushing to main (`HEAD`)"),  # the clone is on main
+    ("git push origin HEAD", "pushing to main (`HEAD`)"),
+    ("git checkout main && git push -u origin HEAD", "pushing to main"),
+    ("git -C sub push origin main", "pushing to main"),
+    ("git push origin --delete w002/x", "deleting the branch `w002/x`"),
+    ("git push origin :w002/x", "deleting the branch `w002/x`"),
+    ("git push -d origin main", "deleting the branch `main`"),
+    ("bash -c 'git push -f origin x'", "force pushes"),
+    ("sh -lc \"git push origin HEAD:main\"", "pushing to main"),
+    ("eval 'git push --force'", "force pushes"),
+    ("echo $(git push -f)", "force pushes"),
+    ("rm -rf ~", "`~` is in a home folder"),
+    ("rm -rf /", "`/` is outside your workdir"),
+    ("rm -rf $HOME/.config", "in a home folder"),
+    ("cat /etc/shadow", "`/etc/shadow` is outside your workdir"),
+    ("cat ../../w002/repo/.git/config", "outside your workdir"),
+    ("grep user ../../../forge/state.jsonl", "outside your workdir"),
+    ("touch ../escape.txt", "outside your workdir"),
+    ("cd .. && ls", "the folder `..` is outside"),
+    ("cd", "`cd` alone goes to the home folder"),
+    ("echo x > /etc/motd", "the redirection target `/etc/motd`"),
+    ("cat < /etc/passwd", "the redirection target"),
+    ("FOO=/etc/x make", "the path `/etc/x`"),
+    ("env GIT_DIR=/other/.git git status", "the path `/other/.git`"),
+    ("make --directory=/usr/src", "the path `/usr/src`"),
+    ("git -C /work/other status", "outside your workdir"),
+    ('echo "`cat ~/.ssh/id_rsa`"', "in a home folder"),
+    ("ls /usr/include", "outside your workdir"),
+    ("xargs rm -rf ~", "in a home folder"),
+    ("timeout 5 cat /etc/shadow", "outside your workdir"),
+    ("sudo ls", "`sudo` is refused: workers have no root"),
+    ("su -c id", "`su` is refused"),
+    ("curl http://example.com", "`curl` is not on the list of programs"),
+    ("wget http://example.com", "`wget` is not on the list"),
+    ("nc -l 8080", "`nc` is not on the list"),
+    ("pkill python", "`pkill` is not on the list"),
+    ("kill -9 -1", "`kill -1` would signal a whole process group"),
+    ("kill 0", "`kill 0`"),
+    ("cat 'unterminated", "cannot be parsed"),
+    ("cd sub && cat ../README.md", None),
+    ("ls 2>/dev/null | wc -l", None),
+    ("python3 checks/check.py upper", None),
+    ("python3.11 -m pytest -q tests", None),
+    ("/usr/bin/python3 -c 'import sys; print(sys.version)'", None),
+    ("./build.sh && sub/run --fast", None),
+    ("grep -rn '/usr/' . | head", None),
+    ("sed -i 's/a/b/' x.py && sed -e '/^#/d' y.txt && awk '/x/ {print $1}' z", None),
+    ("node -e 'console.log(1/2)'", None),
+    ("find . -name '*.py' | xargs grep -l foo", None),
+    ("kill -9 1234; kill %1", None),
+    ("echo '/etc/shadow is a path' && printf '%s\\n' /root", None),
+    ("git diff HEAD~1 -- sub && git log --oneline -5", None),
+    ("cat > x.py <<'EOF'\n#!/usr/bin/env python3\nprint(open('/etc/passwd').read())\nEOF\npython3 x.py", None),
+    ("grep -qs 'merge=union' .git/info/attributes || echo 'r merge=union' >> .git/info/attributes", None),
+    ("command -v jq || which rg", None),
+]
+
+
+@pytest.mark.parametrize("line,refused", COMMANDS, ids=[c[0][:50] for c in COMMANDS])
+def test_the_command_policy(repo, line, refused):
+    reason = PermissionPolicy(repo, "w001").command(line)
+    if refused is None:
+        assert reason is None, reason
+    else:
+        assert reason is not None and refused in reason, reason
+
+
+def test_tmp_is_allowed_only_where_it_is_private(clone):
+    assert "outside your workdir" in PermissionPolicy(clone, "w001").command("echo x > /tmp/out && cat /tmp/out")
+    assert PermissionPolicy(clone, "w001", private_tmp=True).command("echo x > /tmp/out && cat /tmp/out") is None
+    assert "outside" in PermissionPolicy(clone, "w001", private_tmp=True).command("cat /tmp/../etc/shadow")
+
+
+@pytest.mark.parametrize("kind,raw,locations,refused", [
+    ("think", None, [], None),
+    ("switch_mode", None, [], None),
+    ("read", {"path": "README.md"}, [], None),
+    ("read", {"path": "/etc/shadow"}, [], "`/etc/shadow` is outside your workdir"),
+    ("search", {"path": "../.."}, [], "outside your workdir"),
+    ("edit", {"file_path": "sub/a.py"}, [], None),
+    ("edit", None, ["/root/.bashrc"], "outside your workdir"),
+    ("delete", {"path": "~/notes"}, [], "in a home folder"),
+    ("move", {"source": "a.py", "destination": "../../b.py"}, [], "outside your workdir"),
+    ("fetch", {"url": "https://example.com"}, [], "fetching from the web is not allowed"),
+    ("execute", {"command": "git push -f origin HEAD:main"}, [], "force pushes"),
+    ("execute", {"command": ["bash", "-lc", "rm -rf ~"]}, [], "in a home folder"),
+    ("execute", {"command": "ls", "cwd": "/etc"}, [], "`/etc` is outside your workdir"),
+    ("execute", {}, [], "no command line to check"),
+    ("other", {"type": "CLAIM", "text": "upper: textkit/commands/upper.py"}, [], None),
+    (None, {"command": "sudo id"}, [], "`sudo` is refused"),
+    (None, {"path": "/etc/hosts"}, [], "outside your workdir"),
+    ("install_everything", {}, [], "kind `install_everything` is not on the list"),
+])
+def test_the_tool_call_policy(repo, kind, raw, locations, refused):
+    reason = PermissionPolicy(repo, "w001").tool_call(kind, "", raw, locations)
+    if refused is None:
+        assert reason is None, reason
+    else:
+        assert reason is not None and refused in reason, reason
+
+
+def test_a_tool_call_without_raw_input_is_judged_by_its_title(clone):
+    policy = PermissionPolicy(clone, "w001")
+    assert "force pushes" in policy.tool_call("execute", "`git push --force`", None)
+    assert policy.tool_call("execute", "`git status`", None) is None
 
 
 async def test_a_dead_agent_is_reported_with_its_redacted_last_words(tmp_path, monkeypatch):

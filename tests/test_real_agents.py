@@ -151,6 +151,9 @@ async def test_copilot_one_whole_loop_through_our_tools_and_its_own_shell(
     for f in (run_dir / "logs").glob("*"):
         blob += f.read_text(errors="replace")
     assert "sk-fake-copilot-0123456789" not in blob and w.token not in blob
+    # It ran in its sandbox, reaching only its forge, its tools and the fake model through the relays.
+    started = [r["detail"] for r in table(run_dir, "lifecycle") if r["event"] == "started"]
+    assert started and "sandbox: network isolated: only forge" in started[0] and "model (COPILOT" in started[0]
 
 
 @pytest.mark.parametrize("restore", ["session_load", "handoff"])

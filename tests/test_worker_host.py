@@ -15,7 +15,9 @@ from tests.support import LocalServices, await_for
 WORKERS = ["w001", "w002"]
 
 
-def _prompts(log, worker: str) -> list[str]:
+def _prompts(run_dir, worker: str) -> list[str]:
+    """The prompts the worker's agent got, from the log it keeps in its HOME (all it may write besides its clone)."""
+    log = run_dir / "workers" / worker / "home" / "agent.jsonl"
     if not log.exists():
         return []
     out = []
@@ -28,12 +30,13 @@ def _prompts(log, worker: str) -> list[str]:
 
 async def test_host_prompts_follow_the_turn_clock(tmp_path):
     services = LocalServices(tmp_path, WORKERS)
-    log = tmp_path / "agent.jsonl"
-    # 4 schedule minutes at x60 = 4 wall seconds: idle nudge after 30 schedule s (0.5 s),
-    # wind-down notices at T-120 s (wall 2 s) and T-60 s (wall 3 s).
+    run_dir = tmp_path / "run"
+    # 4 schedule minutes at x15 = 16 wall seconds: idle nudge after 30 schedule s (2 s),
+    # wind-down notices at T-120 s (wall 8 s) and T-60 s (wall 12 s). The late starter is launched
+    # at schedule second 150 and must be up (a sandboxed agent process) within the next 2 wall s.
     host = services.host(
-        tmp_path / "run", WORKERS, harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --log {log}",
-        minutes=4, time_scale=60, routing=RoutingConfig(idle_nudge_s=30, wind_down_s=[120, 60]),
+        run_dir, WORKERS, harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --log ~/agent.jsonl",
+        minutes=4, time_scale=15, routing=RoutingConfig(idle_nudge_s=30, wind_down_s=[120, 60]),
     )
     await host.start()
     try:
@@ -41,18 +44,18 @@ async def test_host_prompts_follow_the_turn_clock(tmp_path):
         await await_for(lambda: host.schedule_s() >= 150, 30, "schedule second 150")
         await host.launch("w002")  # after the first notice, before the last
         last = prompts.wind_down(1, last=True)
-        await await_for(lambda: any(last in p for p in _prompts(log, "w002")), 60, "the last notice at w002")
-        await await_for(lambda: any(last in p for p in _prompts(log, "w001")), 60, "the last notice at w001")
+        await await_for(lambda: any(last in p for p in _prompts(run_dir, "w002")), 60, "the last notice at w002")
+        await await_for(lambda: any(last in p for p in _prompts(run_dir, "w001")), 60, "the last notice at w001")
     finally:
         await host.stop()
         services.close()
     early = prompts.wind_down(2, last=False)
-    w1 = _prompts(log, "w001")
+    w1 = _prompts(run_dir, "w001")
     assert w1[0].startswith(prompts.worker("w001", 2)[:200])  # the worker prompt first
     assert prompts.share_findings() in w1[1]  # the first turn wrote nothing to the board
     assert all(prompts.share_findings() not in p for p in w1[2:]), "a host prompt never answers a host prompt"
     assert any(prompts.nudge() in p for p in w1[2:]), "idle: nudged"
     assert sum(early in p for p in w1) == 1 and sum(last in p for p in w1) == 1, "each notice once"
-    w2 = _prompts(log, "w002")
+    w2 = _prompts(run_dir, "w002")
     assert early in w2[0], "a late starter gets the notice already due with its first prompt"
     assert sum(early in p for p in w2) == 1 and sum(last in p for p in w2) == 1

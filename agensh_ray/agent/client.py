@@ -2,6 +2,14 @@
 workdir: files (fs/*), terminals (terminal/*), permission requests, and the
 session/update notifications the session turns into observer calls.
 
+Permission requests and terminal commands go through the worker's
+`PermissionPolicy` (policy.py); a terminal command that passes runs inside
+the agent's sandbox when it has one (`enter`, see sandbox.py), so it sees
+what the agent sees. A refusal's reason is in the error the agent gets
+(terminal/create, fs/*) or, for a permission request, which ACP answers only
+with the option chosen, handed to the observer (the host queues it for the
+agent's next tool result).
+
 What real CLIs taught us (see harness.py for the per-CLI quirks):
 - tool calls are upserted by id (Claude Code sends `tool_call` twice, Copilot
   sends `tool_call` then `tool_call_update`); the duration runs from the
@@ -15,18 +23,21 @@ What real CLIs taught us (see harness.py for the per-CLI quirks):
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import acp
 from acp import RequestError
 from acp.schema import (
     AllowedOutcome,
+    ClientCapabilities,
     CreateTerminalResponse,
     DeniedOutcome,
+    FileSystemCapabilities,
+    Implementation,
     KillTerminalResponse,
     ReadTextFileResponse,
     ReleaseTerminalResponse,
@@ -37,11 +48,12 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from agensh_ray.agent.policy import PermissionPolicy, refusal
 from agensh_ray.agent.process import kill_group
 
 TERMINAL_OUTPUT_LIMIT = 1024 * 1024
-PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "cwd", "directory", "dir")
-EDIT_KINDS = {"edit", "delete", "move"}
+REFUSED = -32602
+"""The JSON-RPC code of a refused request (invalid params); the message says why."""
 
 
 @dataclass
@@ -76,7 +88,11 @@ class SessionObserver:
     def on_usage(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None: ...
     def on_plan(self, entries: list[str]) -> None:
         """The agent's whole current plan, one "[status] content" line per entry."""
-    def on_permission(self, title: str, allowed: bool, reason: str) -> None: ...
+    def on_permission(self, title: str, allowed: bool, reason: str) -> None:
+        """A permission request was answered (`reason`: why it was refused)."""
+
+    def on_refused(self, what: str, reason: str) -> None:
+        """A terminal command or file access was refused before it ran."""
 
 
 
@@ -88,16 +104,9 @@ def confine(workdir: Path, path: str) -> Path:
     resolved = p.resolve()
     root = workdir.resolve()
     if resolved != root and root not in resolved.parents:
-        raise RequestError.invalid_params({"path": path, "reason": f"outside the worker's workdir {root}"})
+        reason = f"outside the worker's workdir {root}"
+        raise RequestError(REFUSED, refusal(f"{path} is {reason}"), {"path": path, "reason": reason})
     return resolved
-
-
-def _inside(workdir: Path, path: str) -> bool:
-    try:
-        confine(workdir, path)
-        return True
-    except RequestError:
-        return False
 
 
 @dataclass
@@ -107,6 +116,18 @@ class _Terminal:
     output: bytearray = field(default_factory=bytearray)
     truncated: bool = False
     reader: asyncio.Task | None = None
+
+
+async def initialize(conn: acp.ClientSideConnection, title: str):
+    """The initialize request every session kind sends: the fs and terminal capabilities of these clients, our
+    identity."""
+    return await conn.initialize(
+        protocol_version=acp.PROTOCOL_VERSION,
+        client_capabilities=ClientCapabilities(
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
+        ),
+        client_info=Implementation(name="agensh-ray", title=title, version="0.1.0"),
+    )
 
 
 class NoExtensions:
@@ -125,15 +146,17 @@ class NoExtensions:
 class WorkdirClient(NoExtensions):
     """The ACP client methods, all confined to one workdir.
 
-    Permission policy: allow (choosing the option by `kind`, as Copilot CLI
-    expects) unless the tool call matches a deny pattern or edits a path
-    outside the workdir.
+    Permission requests: allowed or refused by `policy` (choosing the option by
+    `kind`, as Copilot CLI expects). Terminals: the command must pass `policy`;
+    `enter` (set by the session when its agent is sandboxed) turns it into the
+    command line that runs it inside the agent's sandbox.
     """
 
-    def __init__(self, workdir: Path, observer: SessionObserver, deny: list[str], env: dict[str, str]):
+    def __init__(self, workdir: Path, observer: SessionObserver, policy: PermissionPolicy, env: dict[str, str]):
         self.workdir = workdir
         self.observer = observer
-        self.deny = [d.lower() for d in deny]
+        self.policy = policy
+        self.enter: Callable[[list[str], Path], list[str]] | None = None
         self.env = env
         self.tool_calls: dict[str, ToolCallRecord] = {}
         self.replaying = False
@@ -152,21 +175,10 @@ class WorkdirClient(NoExtensions):
     # -- permissions ---------------------------------------------------------------
     def refusal(self, tool_call) -> str | None:
         """Why a tool call is refused, or None to allow it."""
-        raw = tool_call.raw_input
-        described = f"{tool_call.title or ''} {json.dumps(raw, default=str) if raw is not None else ''}".lower()
-        for d in self.deny:
-            if d in described:
-                return f"matches the deny pattern {d!r}"
-        paths = [loc.path for loc in tool_call.locations or [] if getattr(loc, "path", None)]
-        if isinstance(raw, dict):
-            paths += [str(raw[k]) for k in PATH_KEYS if isinstance(raw.get(k), str)]
         kind = tool_call.kind or (self.tool_calls[tool_call.tool_call_id].kind
                                   if tool_call.tool_call_id in self.tool_calls else None)
-        if kind in EDIT_KINDS or kind is None:
-            for p in paths:
-                if not _inside(self.workdir, p):
-                    return f"{p} is outside the worker's workdir"
-        return None
+        locations = [loc.path for loc in tool_call.locations or [] if getattr(loc, "path", None)]
+        return self.policy.tool_call(kind, tool_call.title or "", tool_call.raw_input, locations)
 
     async def request_permission(self, options, session_id, tool_call, **kwargs):
         reason = self.refusal(tool_call)
@@ -222,8 +234,15 @@ class WorkdirClient(NoExtensions):
         self.tool_calls.clear()
 
     # -- files ----------------------------------------------------------------------
+    def _confine(self, path: str, what: str) -> Path:
+        try:
+            return confine(self.workdir, path)
+        except RequestError as exc:
+            self.observer.on_refused(f"{what} {path}", exc.data["reason"] if exc.data else str(exc))
+            raise
+
     async def read_text_file(self, path, session_id, limit=None, line=None, **kwargs):
-        p = confine(self.workdir, path)
+        p = self._confine(path, "fs/read_text_file")
         if not p.is_file():
             raise RequestError.resource_not_found(str(path))
         text = p.read_text(encoding="utf-8", errors="replace")
@@ -235,7 +254,7 @@ class WorkdirClient(NoExtensions):
         return ReadTextFileResponse(content=text)
 
     async def write_text_file(self, content, path, session_id, **kwargs):
-        p = confine(self.workdir, path)
+        p = self._confine(path, "fs/write_text_file")
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(content, encoding="utf-8")
         self.files_written.append(p)
@@ -243,13 +262,22 @@ class WorkdirClient(NoExtensions):
 
     # -- terminals ------------------------------------------------------------------
     async def create_terminal(self, command, session_id, args=None, cwd=None, env=None, output_byte_limit=None, **kw):
-        workdir = confine(self.workdir, cwd) if cwd else self.workdir
+        workdir = self._confine(cwd, "terminal/create in") if cwd else self.workdir
         merged = dict(self.env)
         for var in env or []:
             merged[var.name] = var.value
         argv = [command, *(args or [])]
         if not args and " " in command:
             argv = ["/bin/sh", "-c", command]
+        reason = self.policy.command(argv, workdir)
+        if reason:
+            self.observer.on_refused(self.redact(" ".join(argv))[:500], reason)
+            raise RequestError(REFUSED, refusal(reason), {"command": self.redact(" ".join(argv))[:500]})
+        if self.enter is not None:
+            try:
+                argv = self.enter(argv, workdir)
+            except Exception as exc:
+                raise RequestError.internal_error({"reason": str(exc)}) from exc
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=str(workdir),

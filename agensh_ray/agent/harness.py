@@ -18,12 +18,14 @@ installs them from npm.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,13 +33,15 @@ from agensh_ray.errors import HarnessError
 from agensh_ray.models import GatewayEndpoint
 from agensh_ray.paths import NODE_BIN
 
+log = logging.getLogger(__name__)
+
 BASE_ENV = (
     "PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )
 SECRETS_FILE_VAR = "AGENSH_SECRETS_FILE"
 
-SECRET_NAME = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIALS?|HEADERS)(?:_|$)", re.I)
+SECRET_NAME = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIALS?|HEADERS)(?:_|$)", re.IGNORECASE)
 """Variable names whose values are credentials (API_KEY, AUTH_TOKEN, ..., not GIT_AUTHOR_NAME)."""
 MIN_SECRET_LEN = 6
 
@@ -126,12 +130,17 @@ class Harness:
     """Point XDG_CACHE_HOME at a cache shared by every worker (Copilot unpacks 235 MB there, 20 s, per HOME)."""
     warm_up: tuple[str, ...] = ()
     """Arguments of one run, before the first start on this machine, that fills the shared cache."""
+    compile_cache: bool = False
+    """Node's compile cache (NODE_COMPILE_CACHE) lives in the shared cache, filled by one ACP start outside any
+    sandbox before the first start on this machine; sandboxed agents read it read-only. Without a warm one Copilot
+    CLI compiles its bundle at every start: ~50 MiB more heap and ~1 s (bench/sandbox.py)."""
     cumulative_usage: bool = False
     """The agent's PromptResponse.usage counts the whole session, not the turn (Copilot CLI 1.0)."""
     install_hint: str = ""
     model_route: ModelRoute | None = None
     """How its model is reached, for the model gateway (None: the gateway cannot stand in)."""
-    default_deny: tuple[str, ...] = ("rm -rf /", "git push --force origin main", "git push origin main")
+    builtin_model: str = ""
+    """The endpoint the CLI talks to when its model route's URL variable is not set ("" if it needs no model)."""
     notes: str = ""
 
     def argv(self) -> list[str]:
@@ -177,6 +186,8 @@ class Harness:
         env["XDG_CONFIG_HOME"] = str(home / ".config")
         if self.shared_cache:
             env["XDG_CACHE_HOME"] = str(cache_root() / self.name)
+            if self.compile_cache:
+                env["NODE_COMPILE_CACHE"] = str(cache_root() / self.name / "node-compile-cache")
         if self.config_dir_var:
             config = home / f".{self.name}"
             config.mkdir(parents=True, exist_ok=True)
@@ -184,23 +195,34 @@ class Harness:
         env.update(extra)
         return env
 
-    def prepare(self, env: dict[str, str]) -> None:
-        """Fill the shared cache once per machine and CLI version (blocking; others wait on a file lock)."""
+    def prepare(self, env: dict[str, str], acp_start: Callable[[list[str], dict[str, str]], None] | None = None) -> None:
+        """Fill the shared cache once per machine and CLI version (blocking; others wait on a file lock): the
+        `warm_up` run, then, for a CLI with a compile cache, `acp_start(argv, env)` (one start in ACP mode)."""
         if not (self.warm_up and self.shared_cache):
             return
         exe = self.argv()[0]
         key = f"{exe} {os.stat(exe).st_mtime_ns}"
         cache = Path(env["XDG_CACHE_HOME"])
         cache.mkdir(parents=True, exist_ok=True)
-        marker = cache / ".agensh-ready"
-        if marker.is_file() and marker.read_text() == key:
-            return
-        with open(cache / ".agensh-warm.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        steps = [(".agensh-ready", lambda: subprocess.run([exe, *self.warm_up], env=env, capture_output=True,
+                                                           timeout=600, check=False))]
+        if self.compile_cache and acp_start is not None:
+            steps.append((".agensh-compile-cache", lambda: self._warm_compile_cache(acp_start, env)))
+        for name, step in steps:
+            marker = cache / name
             if marker.is_file() and marker.read_text() == key:
-                return
-            subprocess.run([exe, *self.warm_up], env=env, capture_output=True, timeout=600, check=False)
-            marker.write_text(key)
+                continue
+            with open(cache / ".agensh-warm.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not (marker.is_file() and marker.read_text() == key):
+                    step()
+                    marker.write_text(key)
+
+    def _warm_compile_cache(self, acp_start: Callable[[list[str], dict[str, str]], None], env: dict[str, str]) -> None:
+        try:
+            acp_start(self.argv(), env)
+        except Exception as exc:  # a cold cache costs time and memory, not correctness
+            log.warning("%s: warming its compile cache failed: %s", self.name, self.redact(str(exc), env))
 
     def secret_values(self, env: dict[str, str]) -> list[str]:
         """Values in `env` that are credentials (by variable name), longest first."""
@@ -212,6 +234,22 @@ class Harness:
         for v in self.secret_values(env):
             text = text.replace(v, "***")
         return text
+
+    def model_endpoints(self, env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """(name -> URL of each model endpoint set in `env`, name -> why an endpoint it needs has no URL).
+        A `cmd:` agent's endpoints are its variables named *_BASE_URL."""
+        names = self.url_vars(env)
+        urls = {f"model ({k})": env[k] for k in names if env.get(k)}
+        if urls or not self.builtin_model:
+            return urls, {}
+        return {}, {"model": f"{self.name} talks to {self.builtin_model} (set {' or '.join(names)} to relay "
+                             "an endpoint of yours)"}
+
+    def url_vars(self, env: dict[str, str]) -> tuple[str, ...]:
+        """The variables of `env` that name this CLI's model endpoint."""
+        if self.name == "cmd":
+            return tuple(k for k in env if k.endswith("_BASE_URL"))
+        return (self.model_route.url_var,) if self.model_route else ()
 
     def auth_method(self, env: dict[str, str], offered: list[str]) -> str | None:
         """The ACP auth method to call, if the agent offers one we have credentials for."""
@@ -243,6 +281,7 @@ HARNESSES: dict[str, Harness] = {
         config_dir_var="COPILOT_HOME",
         shared_cache=True,
         warm_up=("--version",),
+        compile_cache=True,
         cumulative_usage=True,
         credentials_hint=(
             "set COPILOT_GITHUB_TOKEN (GitHub Copilot), or COPILOT_PROVIDER_BASE_URL + COPILOT_PROVIDER_API_KEY + "
@@ -257,6 +296,7 @@ HARNESSES: dict[str, Harness] = {
             excludes=("COPILOT_PROVIDER_TYPE",),  # azure / anthropic provider types: not through the gateway yet
             agent_env=(("COPILOT_OFFLINE", "true"),),
         ),
+        builtin_model="GitHub Copilot's API over HTTPS",
         notes="accepts only HTTP/SSE MCP servers; chooses permission options by kind; offline with COPILOT_OFFLINE",
     ),
     "claude": Harness(
@@ -279,6 +319,7 @@ HARNESSES: dict[str, Harness] = {
             key_vars=(("ANTHROPIC_API_KEY", "x-api-key"), ("ANTHROPIC_AUTH_TOKEN", "bearer")),
             excludes=("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
         ),
+        builtin_model="Anthropic's API over HTTPS",
         notes="sends tool_call twice (upsert); edits files and runs shells through fs/* and terminal/*",
     ),
     "codex": Harness(
@@ -296,6 +337,7 @@ HARNESSES: dict[str, Harness] = {
             default_url="https://api.openai.com/v1",
             key_vars=(("OPENAI_API_KEY", "bearer"), ("CODEX_API_KEY", "bearer")),
         ),
+        builtin_model="OpenAI's API over HTTPS",
         notes="takes HTTP MCP only; authenticates with an env-var method",
     ),
     "gemini": Harness(
@@ -314,6 +356,7 @@ HARNESSES: dict[str, Harness] = {
             key_vars=(("GEMINI_API_KEY", "x-goog-api-key"), ("GOOGLE_API_KEY", "x-goog-api-key")),
             excludes=("GOOGLE_GENAI_USE_VERTEXAI",),
         ),
+        builtin_model="Google's Gemini API over HTTPS",
         notes="needs --skip-trust or it silently disables MCP servers; --acp (0.61; older: --experimental-acp)",
     ),
 }

@@ -20,10 +20,11 @@ from pathlib import Path
 import acp
 from acp import RequestError
 
-from agensh_ray.agent.client import NoExtensions, SessionObserver, WorkdirClient
+from agensh_ray.agent.client import NoExtensions, SessionObserver, WorkdirClient, initialize
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.process import AgentProcess
-from agensh_ray.agent.session import AcpSession, initialize
+from agensh_ray.agent.sandbox import SandboxPolicy
+from agensh_ray.agent.session import AcpSession
 from agensh_ray.errors import AgentDied
 
 _CLIENT_METHODS = (
@@ -63,9 +64,13 @@ class MuxClient(NoExtensions):
 class SharedAgent:
     """One agent process and connection shared by the sessions of a host."""
 
-    def __init__(self, harness: Harness, env: dict[str, str], cwd: Path, log_dir: Path, name: str):
+    def __init__(self, harness: Harness, env: dict[str, str], cwd: Path, log_dir: Path, name: str,
+                 sandbox: SandboxPolicy | None = None):
         self.harness = harness
-        self.env = env
+        self.sandbox = sandbox
+        """One sandbox for the process: every workdir and HOME of the host's workers is writable in it."""
+        self.host_env = env
+        self.env = sandbox.agent_env(env) if sandbox else env
         self.cwd = cwd
         self.log_dir = log_dir
         self.name = name
@@ -86,7 +91,8 @@ class SharedAgent:
                 return self.generation
             if self.process is not None:
                 await self.process.stop()
-            self.process = AgentProcess(self.harness.argv(), self.env, self.cwd, self.log_dir / f"{self.name}.stderr")
+            self.process = AgentProcess(self.harness.argv(), self.env, self.cwd, self.log_dir / f"{self.name}.stderr",
+                                        sandbox=self.sandbox)
             proc = await self.process.start()
             self.conn = acp.connect_to_agent(self.client, proc.stdin, proc.stdout)
             await asyncio.wait_for(initialize(self.conn, "agensh-ray worker host"), timeout_s)
@@ -105,11 +111,12 @@ class SharedAgent:
 class MuxSession(AcpSession):
     """One worker's ACP session on a `SharedAgent`."""
 
-    def __init__(self, shared: SharedAgent, worker_id: str, workdir: Path, mcp_url: str, observer: SessionObserver,
-                 deny: list[str] | None = None):
-        super().__init__(shared.harness, worker_id, workdir, mcp_url, observer, shared.env, deny)
+    def __init__(self, shared: SharedAgent, worker_id: str, workdir: Path, mcp_url: str, observer: SessionObserver):
+        super().__init__(shared.harness, worker_id, workdir, mcp_url, observer, shared.host_env, shared.sandbox)
         self.shared = shared
         self.generation = 0
+        if shared.sandbox is not None:
+            self.client.enter = lambda argv, cwd: self.shared.process.enter(argv, cwd)
 
     @property
     def conn(self) -> acp.ClientSideConnection | None:
@@ -129,7 +136,7 @@ class MuxSession(AcpSession):
             resp = await asyncio.wait_for(
                 self.shared.conn.new_session(cwd=str(self.workdir), mcp_servers=self._mcp_servers()), timeout_s
             )
-        except (asyncio.TimeoutError, ConnectionError, BrokenPipeError, RequestError) as exc:
+        except (TimeoutError, ConnectionError, BrokenPipeError, RequestError) as exc:
             raise AgentDied(self.redact(f"shared {self.harness.name} agent failed to open a session: {exc!r}")) from exc
         self.session_id = resp.session_id
         self.shared.client.clients[self.session_id] = self.client

@@ -1,5 +1,7 @@
 """The agent CLI as a subprocess: its own process group, its stderr redacted on
-the way to the log, and one fixed, idempotent shutdown sequence.
+the way to the log, and one fixed, idempotent shutdown sequence; with a
+`SandboxPolicy`, inside its bubblewrap sandbox (sandbox.py), with the host's
+end of its relays (egress.py) living as long as it does.
 
 Shutdown (the order the ACP SDK's own transport uses): close stdin -> wait
 `grace_s` -> SIGTERM the group -> wait -> SIGKILL the group. The group goes
@@ -11,15 +13,31 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from agensh_ray.agent.egress import Egress
+from agensh_ray.agent.sandbox import SandboxPolicy, bwrap_argv, enter_argv
+from agensh_ray.errors import AgentDied
+
 STDIO_LIMIT = 50 * 1024 * 1024
 """Longest line the ACP stream may carry (a file written through fs/write_text_file travels in one)."""
 STDERR_TAIL_LINES = 200
+SANDBOX_SETUP_TIMEOUT_S = 30.0
+
+
+def _read_to_eof(fd: int) -> bytes:
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    finally:
+        os.close(fd)
+    return data
 
 
 def kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
@@ -43,6 +61,7 @@ class AgentProcess:
         cwd: Path,
         stderr_path: Path,
         redact: Callable[[str], str] | None = None,
+        sandbox: SandboxPolicy | None = None,
     ):
         self.argv = argv
         self.env = env
@@ -53,22 +72,58 @@ class AgentProcess:
         self.started_at: float | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_task: asyncio.Task | None = None
+        self.sandbox = sandbox
+        self.egress: Egress | None = None
+        self.sandbox_pid: int | None = None
+        """A process inside the running sandbox (its PID 1, as the host sees it): terminals join it."""
 
     async def start(self) -> asyncio.subprocess.Process:
         self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
         self.started_at = time.monotonic()
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self.env,
-            cwd=str(self.cwd),
-            limit=STDIO_LIMIT,
-            start_new_session=True,
-        )
+        argv, pass_fds, info = self.argv, (), None
+        if self.sandbox is not None:
+            self.egress = Egress(self.sandbox)
+            relay_dir = await self.egress.start()
+            info, write_end = os.pipe()
+            argv, pass_fds = bwrap_argv(self.sandbox, self.argv, relay_dir, info_fd=write_end), (write_end,)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.env,
+                cwd=str(self.cwd),
+                limit=STDIO_LIMIT,
+                start_new_session=True,
+                pass_fds=pass_fds,
+            )
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         self._stderr_task = asyncio.create_task(self._pump_stderr(), name=f"agent-stderr-{self.proc.pid}")
+        if info is not None:
+            await self._sandbox_started(info)
         return self.proc
+
+    async def _sandbox_started(self, info_fd: int) -> None:
+        """Wait for bwrap to report the sandbox (its PID 1); a sandbox that cannot be made is an AgentDied."""
+        try:
+            raw = await asyncio.wait_for(asyncio.to_thread(_read_to_eof, info_fd), SANDBOX_SETUP_TIMEOUT_S)
+            self.sandbox_pid = int(json.loads(raw)["child-pid"])
+        except (TimeoutError, ValueError, KeyError) as exc:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 2.0)
+            await asyncio.sleep(0.1)  # the stderr pump catches bwrap's last words
+            why = self.stderr_tail(500).strip() or f"{type(exc).__name__}"
+            await self.stop()
+            raise AgentDied(self.redact(f"the sandbox (bwrap) did not start: {why}")) from None
+
+    def enter(self, argv: list[str], cwd: Path) -> list[str]:
+        """The command line that runs `argv` in `cwd` inside this process's sandbox (as the agent's own)."""
+        if self.sandbox_pid is None or not self.alive:
+            raise AgentDied("the agent's sandbox is not running")
+        return enter_argv(self.sandbox_pid, cwd, argv)
 
     async def _pump_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -98,6 +153,9 @@ class AgentProcess:
     async def stop(self, grace_s: float = 2.0) -> None:
         proc = self.proc
         if proc is None:
+            if self.egress is not None:
+                await self.egress.close()
+                self.egress = None
             return
         if proc.returncode is None:
             if proc.stdin is not None:
@@ -109,14 +167,18 @@ class AgentProcess:
                 try:
                     await asyncio.wait_for(proc.wait(), timeout=grace_s)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
         # Children of the agent (its shells, its MCP helpers) die with the group.
         kill_group(proc, signal.SIGKILL)
+        self.sandbox_pid = None
+        if self.egress is not None:
+            await self.egress.close()
+            self.egress = None
         if self._stderr_task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), timeout=1.0)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 self._stderr_task.cancel()
             self._stderr_task = None
 

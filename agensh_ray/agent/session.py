@@ -12,11 +12,12 @@ implement it and share everything but how the agent process is reached:
 - `MuxSession` (mux.py): one ACP session on a process shared by a host's
   workers (the `sim` harness when simulating scale on a small machine).
 
-What they share lives in `AcpSession`: the workdir-confined client, the
-initialize request, a turn raced against the death of the process (AgentDied
-when it dies, TurnFailed when the agent answers the turn with an error), the
-usage of a turn, and redaction: credentials never reach a log or an error
-message.
+What they share lives in `AcpSession`: the workdir-confined client and its
+permission policy, the sandbox's view of the endpoints (the MCP URL and the
+environment as the agent reaches them from inside), a turn raced against the
+death of the process (AgentDied when it dies, TurnFailed when the agent
+answers the turn with an error), the usage of a turn, and redaction:
+credentials never reach a log or an error message.
 
 Usage comes two ways: `usage_update` (context size, cumulative cost) during
 the turn and `PromptResponse.usage` (tokens of the turn, or of the session
@@ -35,11 +36,14 @@ from pathlib import Path
 
 import acp
 from acp import RequestError
-from acp.schema import ClientCapabilities, FileSystemCapabilities, HttpMcpServer, Implementation
+from acp.schema import HttpMcpServer
 
-from agensh_ray.agent.client import SessionObserver, TurnUsage, WorkdirClient
+from agensh_ray.agent.client import SessionObserver, TurnUsage, WorkdirClient, initialize
 from agensh_ray.agent.harness import Harness
+from agensh_ray.agent.policy import PermissionPolicy
 from agensh_ray.agent.process import AgentProcess
+from agensh_ray.agent.sandbox import SandboxPolicy
+from agensh_ray.agent.warmup import start_once
 from agensh_ray.errors import AgentDied, AgentNeedsCredentials, TurnFailed
 from agensh_ray.models import GatewayEndpoint
 
@@ -48,17 +52,6 @@ log = logging.getLogger(__name__)
 AUTH_REQUIRED = -32000
 """ACP's error code for `auth_required`."""
 CONNECTION_ERRORS = (ConnectionError, BrokenPipeError, asyncio.IncompleteReadError)
-
-
-async def initialize(conn: acp.ClientSideConnection, title: str):
-    """The initialize request every session kind sends: fs and terminal capabilities, our identity."""
-    return await conn.initialize(
-        protocol_version=acp.PROTOCOL_VERSION,
-        client_capabilities=ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
-        ),
-        client_info=Implementation(name="agensh-ray", title=title, version="0.1.0"),
-    )
 
 
 def forge_tokens(workdir: Path) -> list[str]:
@@ -74,18 +67,22 @@ class AcpSession:
     """What both session kinds share; subclasses say how the connection and the process are reached."""
 
     def __init__(self, harness: Harness, worker_id: str, workdir: Path, mcp_url: str, observer: SessionObserver,
-                 env: dict[str, str], deny: list[str] | None = None):
+                 env: dict[str, str], sandbox: SandboxPolicy | None = None):
         self.harness = harness
         self.worker_id = worker_id
         self.workdir = workdir
-        self.mcp_url = mcp_url
+        self.sandbox = sandbox
+        self.mcp_url = sandbox.inside_url(mcp_url) if sandbox else mcp_url
+        """The MCP URL as the agent reaches it (from inside its sandbox)."""
         self.observer = observer
-        self.env = env
+        self.env = sandbox.agent_env(env) if sandbox else env
+        """The agent's environment, as it is inside its sandbox; its terminals get the same."""
         self._secrets = harness.secret_values(env)
         if "/w/" in mcp_url:  # .../w/<worker>/<token>/mcp: the token is a credential too
             self._secrets.append(mcp_url.rstrip("/").rsplit("/", 2)[-2])
         self._secrets += forge_tokens(workdir)
-        self.client = WorkdirClient(workdir, observer, list(deny or harness.default_deny), env)
+        policy = PermissionPolicy(workdir, worker_id, private_tmp=sandbox is not None)
+        self.client = WorkdirClient(workdir, observer, policy, self.env)
         self.client.redact = self.redact
         self.session_id: str | None = None
         self.restarts = 0
@@ -204,13 +201,15 @@ class ProcessSession(AcpSession):
         mcp_url: str,
         observer: SessionObserver,
         extra_env: dict[str, str] | None = None,
-        deny: list[str] | None = None,
         log_dir: Path | None = None,
         secrets: dict[str, str] | None = None,
         gateway: GatewayEndpoint | None = None,
+        sandbox: SandboxPolicy | None = None,
     ):
-        env = harness.environment(home=home, extra=extra_env or {}, secrets=secrets, gateway=gateway)
-        super().__init__(harness, worker_id, workdir, mcp_url, observer, env, deny)
+        self.host_env = harness.environment(home=home, extra=extra_env or {}, secrets=secrets,
+                                            gateway=gateway)
+        """The agent's environment as the host sees it (before the sandbox's rewrites)."""
+        super().__init__(harness, worker_id, workdir, mcp_url, observer, self.host_env, sandbox)
         self.home = home
         self.log_dir = log_dir or home
         self._process: AgentProcess | None = None
@@ -246,10 +245,13 @@ class ProcessSession(AcpSession):
     async def start(self, timeout_s: float = 120.0) -> str:
         """Spawn the agent, initialize, and open a new session (or load the old one after a crash)."""
         t0 = time.monotonic()
-        await asyncio.to_thread(self.harness.prepare, self.env)
+        await asyncio.to_thread(self.harness.prepare, self.host_env, start_once)
         self._process = AgentProcess(
-            self.harness.argv(), self.env, self.workdir, self.log_dir / f"{self.worker_id}.agent.stderr", self.redact
+            self.harness.argv(), self.env, self.workdir, self.log_dir / f"{self.worker_id}.agent.stderr", self.redact,
+            sandbox=self.sandbox,
         )
+        if self.sandbox is not None:
+            self.client.enter = self._process.enter
         proc = await self._process.start()
         self._conn = acp.connect_to_agent(self.client, proc.stdin, proc.stdout)
         died = asyncio.create_task(proc.wait())

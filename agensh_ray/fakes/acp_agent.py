@@ -8,7 +8,9 @@ It is a real ACP agent process (official SDK, stdio), started through the
 
 and it acts through the same surfaces a real agent has: our MCP tools (over
 the HTTP URL it gets in session/new), the client's terminals and files (ACP
-terminal/* and fs/*), permission requests, and its own subprocesses. Turn N
+terminal/* and fs/*), permission requests, and its own subprocesses (`shell`:
+inside its sandbox, as a CLI's own tools run). The hostile-worker tests
+(tests/test_security_sandbox.py) script their attacks with it. Turn N
 runs the steps of `turns[N]` (the last entry again once they run out, if
 `repeat_last`; else nothing) and ends with `end_turn`. Every prompt it gets and
 the result of every step go to the log, one JSON object per line, so a test
@@ -155,10 +157,12 @@ class ScriptedAgent:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m agensh_ray.fakes.acp_agent", description=__doc__.splitlines()[0])
     p.add_argument("--script", type=Path, help="JSON file: {\"turns\": [[step, ...], ...], \"repeat_last\": false}")
-    p.add_argument("--log", type=Path, required=True, help="JSON-lines file: every prompt and step result")
+    p.add_argument("--log", type=Path, required=True,
+                   help="JSON-lines file: every prompt and step result (~ is this agent's HOME: a sandboxed agent "
+                   "writes only there and in its workdir)")
     a = p.parse_args(argv)
     script = AgentScript.model_validate_json(a.script.read_text()) if a.script else AgentScript()
-    asyncio.run(acp.run_agent(ScriptedAgent(script, a.log)))
+    asyncio.run(acp.run_agent(ScriptedAgent(script, a.log.expanduser())))
 
 
 if __name__ == "__main__":

@@ -178,7 +178,8 @@ class LifecycleRow(TraceRow):
 
     event: str
     """started | stopped | crashed | restarted | gave_up | turn_error (the turn failed: the agent's error, or
-    its model calls failed through the gateway, with the provider's status)."""
+    its model calls failed through the gateway, with the provider's status) | refused (a request of the agent
+    the permission policy refused; the detail says what and why)."""
     detail: str = ""
     """Why, or the harness used."""
     host: str = ""

@@ -11,6 +11,12 @@ loop that takes its turns (turns.py).
 
 With the `sim` harness and several workers, one sim process serves all of the
 host's ACP sessions (agent/mux.py); every real CLI gets a process per worker.
+
+Each agent process runs in its own sandbox (agent/sandbox.py) unless the run
+turns it off: its workdir and HOME writable, the toolchain read-only, its
+forge, MCP tools and model reachable. The shared sim process gets one sandbox
+with all its host's workdirs and HOMEs (the host's workers can see each
+other's clones there; simulation only).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agensh_ray import prompts
+from agensh_ray.agent import sandbox
 from agensh_ray.agent.harness import Harness, get_harness
 from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
@@ -34,7 +41,7 @@ from agensh_ray.tools import ToolServer
 from agensh_ray.trace import DeliveryRow, LifecycleRow, TraceWriter
 from agensh_ray.worker.backend import ToolsBackend
 from agensh_ray.worker.turns import TraceObserver, Worker
-from agensh_ray.worker.workdir import Workdirs, agent_env
+from agensh_ray.worker.workdir import Workdirs, agent_env, sandbox_policy
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +88,7 @@ class WorkerHost:
         self.gateway = getattr(services, "gateway", None)
         """The node's model gateway (`agensh_ray.seams.GatewayAccess`), or None: agents reach their provider."""
         self.endpoints: dict[str, GatewayEndpoint] = {}
+        self._network_noted = False
         self.stopping = asyncio.Event()
         self._clock_event: asyncio.Event | None = None
         self._clock_task: asyncio.Task | None = None
@@ -89,6 +97,8 @@ class WorkerHost:
     async def start(self) -> None:
         if self.gateway is not None and not self.shared:
             self.endpoints = await self.gateway.endpoint(list(self.workers))
+        if self.cfg.sandbox.enabled:
+            await asyncio.to_thread(sandbox.require)  # SandboxUnavailable says why, on this node
         await self.tools.start()
         self._clock_event = asyncio.Event()
         self._clock_task = asyncio.create_task(self._clock(), name=f"clock-{self.host_id}")
@@ -113,15 +123,33 @@ class WorkerHost:
         url = self.tools.url(w.id, w.token)
         if self.shared:
             if self._shared_agent is None:
-                env = self.harness.environment(home=self.run_dir / "workers" / f"_{self.host_id}",
+                home = self.run_dir / "workers" / f"_{self.host_id}" / "home"  # not the seed mirror beside it
+                env = self.harness.environment(home=home,
                                                extra=agent_env(self.cfg, w.id, w.home, self.task_root, shared=True))
-                self._shared_agent = SharedAgent(self.harness, env, self.run_dir, self.run_dir / "logs",
-                                                 f"{self.host_id}.shared-agent")
+                writable = [home]
+                for other in self.workers.values():
+                    for d in (other.workdir, other.home):
+                        d.mkdir(parents=True, exist_ok=True)  # cloned into later, through the same mount
+                        writable.append(d)
+                endpoints = {f"forge ({o})": self.clone_urls[o] for o in self.workers}
+                policy = sandbox_policy(self.cfg, self.harness, env, writable=writable, chdir=home,
+                                        endpoints={**endpoints, "tools": self.tools.url("any", "")},
+                                        run_dir=self.run_dir, task_root=self.task_root, hostname=self.host_id)
+                self._note_network(policy)
+                self._shared_agent = SharedAgent(self.harness, env, home, self.run_dir / "logs",
+                                                 f"{self.host_id}.shared-agent", sandbox=policy)
             session: AgentSession = MuxSession(self._shared_agent, w.id, w.workdir, url, observer)
         else:
-            session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer,
-                                     extra_env=agent_env(self.cfg, w.id, w.home, self.task_root),
-                                     log_dir=self.run_dir / "logs", gateway=self.endpoints.get(w.id))
+            extra = agent_env(self.cfg, w.id, w.home, self.task_root)
+            gateway = self.endpoints.get(w.id)
+            env = self.harness.environment(home=w.home, extra=extra, gateway=gateway)
+            policy = sandbox_policy(self.cfg, self.harness, env,
+                                    writable=[w.workdir, w.home], chdir=w.workdir,
+                                    endpoints={"forge": self.clone_urls[w.id], "tools": url},
+                                    run_dir=self.run_dir, task_root=self.task_root, hostname=w.id)
+            self._note_network(policy)
+            session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer, extra_env=extra,
+                                     log_dir=self.run_dir / "logs", gateway=gateway, sandbox=policy)
         w.session = session
         await session.start()
         return session
@@ -141,6 +169,12 @@ class WorkerHost:
         except Exception as exc:  # the stop goes on: the lifecycle row says what could not be released
             log.warning("releasing the claims of %s failed: %s", w.id, exc)
             self.lifecycle(w, "release_failed", f"{type(exc).__name__}: {exc}")
+
+    def _note_network(self, policy: sandbox.SandboxPolicy | None) -> None:
+        """Say once per host when a sandbox shares the host's network, and why."""
+        if policy is not None and policy.network == "shared" and not self._network_noted:
+            self._network_noted = True
+            log.warning("host %s: sandboxed agents keep the host's network: %s", self.host_id, policy.note)
 
     def lifecycle(self, w: Worker, event: str, detail: str = "") -> None:
         pid = w.session.pid if w.session else None
@@ -177,7 +211,7 @@ class WorkerHost:
             try:
                 await asyncio.wait_for(self._clock_event.wait(),
                                        min(CLOCK_MAX_SLEEP_S, self.cfg.wall(nxt)) + 0.001)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     # -- router intake ---------------------------------------------------------------------
@@ -232,7 +266,7 @@ class WorkerHost:
             if w.task is not None:
                 try:
                     await asyncio.wait_for(w.task, timeout=10)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
+                except (TimeoutError, asyncio.CancelledError):
                     w.task.cancel()
                 except Exception:
                     log.exception("worker %s loop failed", w.id)

@@ -39,7 +39,7 @@ from agensh_ray.agent.handoff import handoff_summary
 from agensh_ray.errors import AgentDied, TurnFailed
 from agensh_ray.models import TurnReport, now_us
 from agensh_ray.render import render
-from agensh_ray.routing import TurnClock
+from agensh_ray.routing import HIGH, TurnClock
 from agensh_ray.seams import AgentSession
 from agensh_ray.trace import ToolCallRow, TurnRow, UsageRow
 
@@ -68,6 +68,17 @@ class TraceObserver(SessionObserver):
             worker_id=self.worker.id, tool=rec.title or rec.kind or "?", source="agent", tool_call_id=rec.tool_call_id,
             duration_ms=dur, ok=rec.status != "failed", turn=self.worker.turn,
         ))
+
+    def on_permission(self, title: str, allowed: bool, reason: str) -> None:
+        """A refused permission request: traced, and the reason queued for the agent's next tool result (ACP
+        tells the agent only that it was refused)."""
+        if not allowed:
+            self.worker.lifecycle("refused", f"{title}: {reason}")
+            self.host.push(self.worker, "refused", prompts.refused(title or "a tool call", reason), HIGH)
+
+    def on_refused(self, what: str, reason: str) -> None:
+        """A terminal command or file access refused (the agent read the reason in the error it got)."""
+        self.worker.lifecycle("refused", f"{what}: {reason}")
 
     def on_usage(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
         self.host.trace.write(UsageRow(worker_id=self.worker.id, turn=self.worker.turn, input_tokens=input_tokens,
@@ -113,7 +124,9 @@ class Worker:
         host = self.host
         try:
             self.session = await host.open_session(self)
-            self.lifecycle("started", f"harness={host.harness.name}" + (" (shared process)" if host.shared else ""))
+            sandboxed = getattr(self.session, "sandbox", None)
+            self.lifecycle("started", f"harness={host.harness.name}" + (" (shared process)" if host.shared else "")
+                           + (f"; sandbox: {sandboxed.note}" if sandboxed else "; no sandbox"))
         except Exception as exc:
             self.lifecycle("crashed", f"start failed: {exc}")
             self.stopped = True

@@ -1,6 +1,6 @@
 """A worker's place on disk: its own clone of the repository, with its own forge
-credentials in `origin`, its sealed HOME, and the environment its agent and its
-git commands run with.
+credentials in `origin`, its sealed HOME, the environment its agent and its
+git commands run with, and the sandbox that confines the agent to them.
 
 One network fetch per host: the first worker's clone fills a seed mirror
 (refreshed when older than SEED_MAX_AGE_S), and every worker of the host then
@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from agensh_ray.agent.harness import Harness
+from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.config import RunConfig
 
 SEED_MAX_AGE_S = 30.0
@@ -62,6 +64,24 @@ def agent_env(cfg: RunConfig, worker_id: str, home: Path, task_root: Path, share
             PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
         )
     return env
+
+
+def sandbox_policy(cfg: RunConfig, harness: Harness, env: dict[str, str], *, writable: list[Path], chdir: Path,
+                   endpoints: dict[str, str], run_dir: Path, task_root: Path, hostname: str) -> SandboxPolicy | None:
+    """The sandbox of an agent started with `env` (None when the run is not sandboxed): `writable` (its workdir(s)
+    and HOME(s)), the toolchain, the sim's task, the shared CLI cache and the run's extra read-only folders;
+    `endpoints` (forge, MCP tools) and its model; the run folder covered wherever a read-only folder holds it."""
+    if not cfg.sandbox.enabled:
+        return None
+    model, unrelayable = harness.model_endpoints(env)
+    read_only = list(cfg.sandbox.read_only)
+    if harness.name == "sim":
+        read_only.append(task_root)  # the sim stands in for a model: it reads the task's oracle
+    if harness.shared_cache and env.get("XDG_CACHE_HOME"):
+        read_only.append(Path(env["XDG_CACHE_HOME"]))
+    return SandboxPolicy.build(argv=harness.argv(), env=env, writable=writable, chdir=chdir,
+                               endpoints={**endpoints, **model}, unrelayable=unrelayable, read_only=read_only,
+                               hidden=[run_dir], url_vars=harness.url_vars(env), hostname=hostname)
 
 
 class Workdirs:
