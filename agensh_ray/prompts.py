@@ -36,3 +36,8 @@ def resume() -> str:
 
 def handoff(worker_id: str, claims: str, prs: str, recent: str) -> str:
     return _text("handoff").strip().format(worker_id=worker_id, claims=claims, prs=prs, recent=recent)
+
+
+def task(program: str, reference: str, language: str) -> str:
+    """Issue #1 of a task that brings no task.md of its own (a catalogue instance, a generated task)."""
+    return _text("task").format(program=program, reference=reference, language=language)

@@ -38,6 +38,7 @@ from acp.schema import (
 )
 
 from agensh_ray.agent.process import kill_group
+from agensh_ray.task.reference import execute_only
 
 TERMINAL_OUTPUT_LIMIT = 1024 * 1024
 PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "cwd", "directory", "dir")
@@ -90,6 +91,14 @@ def confine(workdir: Path, path: str) -> Path:
     if resolved != root and root not in resolved.parents:
         raise RequestError.invalid_params({"path": path, "reason": f"outside the worker's workdir {root}"})
     return resolved
+
+
+def refuse_execute_only(p: Path, path: str) -> None:
+    """The task's reference is execute-only: run it, never read or overwrite its bytes through fs/*."""
+    if execute_only(p):
+        raise RequestError.invalid_params(
+            {"path": path, "reason": "execute-only: this is the reference program; run it to see what it does, "
+                                     "its bytes cannot be read or written"})
 
 
 def _inside(workdir: Path, path: str) -> bool:
@@ -226,6 +235,7 @@ class WorkdirClient(NoExtensions):
         p = confine(self.workdir, path)
         if not p.is_file():
             raise RequestError.resource_not_found(str(path))
+        refuse_execute_only(p, path)
         text = p.read_text(encoding="utf-8", errors="replace")
         if line is not None or limit is not None:
             lines = text.splitlines(keepends=True)
@@ -236,6 +246,7 @@ class WorkdirClient(NoExtensions):
 
     async def write_text_file(self, content, path, session_id, **kwargs):
         p = confine(self.workdir, path)
+        refuse_execute_only(p, path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(content, encoding="utf-8")
         self.files_written.append(p)

@@ -18,10 +18,9 @@ from pydantic import BaseModel
 
 from agensh_ray.errors import TaskError
 from agensh_ray.task.evaluate import ScoreSummary, summarize
+from agensh_ray.task.reference import REFERENCE_DIR
 
 CATALOGUE_PREFIX = "programbench:"
-REFERENCE_DIR = "reference"
-"""Where a worker's clone holds the execute-only reference (`reference/<program>`, untracked)."""
 
 
 class Feature(BaseModel):

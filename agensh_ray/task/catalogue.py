@@ -21,7 +21,7 @@ from programbench.eval.eval import EvaluationResult, Evaluator
 from programbench.utils.load_data import get_active_branches, get_ignored_branches, get_ignored_tests, load_all_instances
 
 from agensh_ray.errors import TaskError, TaskUnavailable
-from agensh_ray.paths import PROMPTS_DIR
+from agensh_ray import prompts
 from agensh_ray.task.base import CATALOGUE_PREFIX, Task
 from agensh_ray.task.evaluate import submission_archive
 
@@ -61,6 +61,8 @@ def missing_requirements(instance: dict) -> list[str]:
         if rc != 0:
             missing.append(f"a running container engine: `{DOCKER_EXECUTABLE} info` failed ({out[-200:]}); start "
                            "the daemon or give this user access to it")
+            missing.append(f"the cleanroom image {image}: cannot be looked up without a running container engine "
+                           f"(with one: `{DOCKER_EXECUTABLE} pull {image}`)")
         else:
             rc, out = _run([engine, "image", "inspect", image])
             if rc != 0:
@@ -112,9 +114,7 @@ class CatalogueTask(Task):
             raise TaskUnavailable(f"{self.name} cannot run on this machine; it needs:\n{lines}")
 
     def text(self) -> str:
-        template = (PROMPTS_DIR / "task.md").read_text(encoding="utf-8")
-        return template.format(program=self.program, reference=self.reference_relpath,
-                               language=self.instance.get("language", "any"))
+        return prompts.task(self.program, self.reference_relpath, self.instance.get("language", "any"))
 
     def _workspace(self, dest: Path) -> None:
         """Copy the cleanroom image's /workspace to `dest` (docker create + cp; nothing runs)."""

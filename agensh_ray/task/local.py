@@ -31,7 +31,8 @@ from programbench.utils.load_data import _load_single_instance
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from agensh_ray.errors import TaskError
-from agensh_ray.paths import PROMPTS_DIR, TASKS_DIR
+from agensh_ray import prompts
+from agensh_ray.paths import TASKS_DIR
 from agensh_ray.task.base import Feature, Task
 from agensh_ray.task.evaluate import evaluate
 
@@ -111,9 +112,7 @@ class LocalTask(Task):
         own = self.root / "task.md"
         if own.is_file():
             return own.read_text(encoding="utf-8")
-        template = (PROMPTS_DIR / "task.md").read_text(encoding="utf-8")
-        return template.format(program=self.program, reference=self.reference_relpath,
-                               language=self.instance.get("language", "any"))
+        return prompts.task(self.program, self.reference_relpath, self.instance.get("language", "any"))
 
     def materialize_starter(self, dest: Path) -> None:
         dest = Path(dest)

@@ -22,7 +22,8 @@ import shutil
 import stat
 from pathlib import Path
 
-from agensh_ray.task.base import REFERENCE_DIR
+REFERENCE_DIR = "reference"
+"""Where a worker's clone holds the execute-only reference (`reference/<program>`, untracked)."""
 
 
 def execute_only(path: str | os.PathLike) -> bool:
