@@ -24,6 +24,7 @@ from agensh_ray.analysis.plots import (
     plot_scores,
     plot_side_by_side,
 )
+from agensh_ray.analysis.time_to_score import plot_time_to_score
 
 __all__ = ["analyse", "build", "main", "write_report"]
 
@@ -47,6 +48,7 @@ def build(runs: list[RunAnswers], data_dirs: dict[str, str]) -> Doc:
           "`analysis/` run over the run's trace; the full answers are CSV files under `data/`.")
     doc.table(SUMMARY_COLS, [summary_row(r) for r in runs])
     doc.img("scores.png", plot_scores(runs), "score over time")
+    doc.img("time_to_score.png", plot_time_to_score(runs), "time to reach each tenth of the hidden tests")
     if len(runs) > 1:
         doc.h(2, "Side by side")
         doc.p("Final score and time to reach 30% and 50% of the hidden tests, against worker count.")

@@ -64,10 +64,17 @@ SELECT run_id, ts, worker_id, event_id, schema_version, kind, priority, via, enq
 );
 
 CREATE OR REPLACE VIEW scores AS
-SELECT run_id, ts, worker_id, event_id, schema_version, checkpoint, commit, passed, total, pass_rate FROM (
-    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS checkpoint, CAST(NULL AS VARCHAR) AS commit, CAST(NULL AS BIGINT) AS passed, CAST(NULL AS BIGINT) AS total, CAST(NULL AS DOUBLE) AS pass_rate WHERE false
+SELECT run_id, ts, worker_id, event_id, schema_version, checkpoint, commit, passed, total, pass_rate, schedule_s, not_run, error_code, eval_json FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS checkpoint, CAST(NULL AS VARCHAR) AS commit, CAST(NULL AS BIGINT) AS passed, CAST(NULL AS BIGINT) AS total, CAST(NULL AS DOUBLE) AS pass_rate, CAST(NULL AS DOUBLE) AS schedule_s, CAST(NULL AS BIGINT) AS not_run, CAST(NULL AS VARCHAR) AS error_code, CAST(NULL AS VARCHAR) AS eval_json WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/scores/*.parquet', union_by_name = true)
+);
+
+CREATE OR REPLACE VIEW test_results AS
+SELECT run_id, ts, worker_id, event_id, schema_version, checkpoint, commit, branch, test, status, ignored FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS checkpoint, CAST(NULL AS VARCHAR) AS commit, CAST(NULL AS VARCHAR) AS branch, CAST(NULL AS VARCHAR) AS test, CAST(NULL AS VARCHAR) AS status, CAST(NULL AS BOOLEAN) AS ignored WHERE false
+    UNION ALL BY NAME
+    SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/test_results/*.parquet', union_by_name = true)
 );
 
 CREATE OR REPLACE VIEW lifecycle AS
