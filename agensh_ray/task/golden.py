@@ -27,6 +27,7 @@ TEST_PREFIX = "eval.tests.test_golden.test_golden"
 DUMMIES: dict[str, str] = {
     "silent success": "#!/bin/sh\nexit 0\n",
     "silent failure": "#!/bin/sh\nexit 1\n",
+    "error": "#!/bin/sh\necho 'error' >&2\nexit 1\n",
     "usage error": "#!/bin/sh\necho 'usage: executable ARGS' >&2\nexit 2\n",
     "echo stdin": "#!/bin/sh\nexec cat\n",
 }
