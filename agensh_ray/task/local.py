@@ -49,6 +49,9 @@ class LocalSpec(BaseModel):
     """The reference's name in each worker's clone: `reference/<program>`."""
     registry: str | None = None
     """The shared file every feature registers in (the sim agent's merge conflicts), if any."""
+    hide: list[str] = []
+    """Host paths masked in the scoring sandbox (the original program where the host has it installed),
+    so a build under test cannot delegate to it."""
 
 
 class Bug(BaseModel):
@@ -158,7 +161,8 @@ class LocalTask(Task):
         extra = [self._reference_hash] if self._reference_hash else []
         with tempfile.TemporaryDirectory(prefix="agensh-blobs-", dir=scratch) as blobs:
             self.pack_tests(Path(blobs))
-            return evaluate(self.instance, Path(submission), Path(blobs), remove_hashes=extra, scratch=scratch)
+            return evaluate(self.instance, Path(submission), Path(blobs), remove_hashes=extra, scratch=scratch,
+                            hide=self.spec.hide)
 
     def pack_tests(self, blob_dir: Path) -> None:
         """Each branch's tests as ProgramBench's blob store has them: blob_dir/tests/<branch>.tar.gz."""

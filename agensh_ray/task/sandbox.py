@@ -148,6 +148,8 @@ class BwrapEnvironment:
         for r in _python_roots():
             a += ["--ro-bind", r, r]
         a += ["--ro-bind", str(self.backend.toolchain), "/usr/local/bin"]
+        for path in self.backend.hide:
+            a += ["--ro-bind", "/dev/null", path]
         env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "USER": "root",
                "TERM": "dumb", **NO_INDEX, **self.env}
         a += ["--clearenv"]
@@ -232,7 +234,7 @@ class BwrapBackend:
     """Hands out environments: a fresh one for a task's base image, a copy of a snapshot for a
     committed one. `close` removes every scratch folder it made."""
 
-    def __init__(self, scratch_parent: Path | None = None):
+    def __init__(self, scratch_parent: Path | None = None, hide: list[str] | None = None):
         why = bwrap_available()
         if why:
             raise SandboxError(f"cannot score in a sandbox: {why}")
@@ -240,6 +242,9 @@ class BwrapBackend:
         self.toolchain = _toolchain_dir(self.base)
         self._images: dict[str, Path] = {}
         self._lock = threading.Lock()
+        self.hide = sorted({os.path.realpath(p) for p in (hide or []) if os.path.exists(p)})
+        """Host files masked (bound to /dev/null) in every environment: the real file of each path given,
+        so every link to it (/usr/bin/x -> /etc/alternatives/x -> ...) ends at the mask too."""
 
     def new_env(self, image: str, *, cwd: str = WORKSPACE, timeout: int = 600, cpus: int | None = None,
                 env: dict[str, str] | None = None, run_args: list[str] | None = None) -> BwrapEnvironment:
