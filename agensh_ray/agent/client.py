@@ -96,9 +96,9 @@ def confine(workdir: Path, path: str) -> Path:
 def refuse_execute_only(p: Path, path: str) -> None:
     """The task's reference is execute-only: run it, never read or overwrite its bytes through fs/*."""
     if execute_only(p):
-        raise RequestError.invalid_params(
-            {"path": path, "reason": "execute-only: this is the reference program; run it to see what it does, "
-                                     "its bytes cannot be read or written"})
+        reason = ("execute-only: this is the reference program; run it to see what it does, its bytes cannot be "
+                  "read or written")
+        raise RequestError(-32602, f"{path}: {reason}", {"path": path, "reason": reason})
 
 
 def _inside(workdir: Path, path: str) -> bool:
