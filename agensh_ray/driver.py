@@ -334,7 +334,7 @@ class Run:
             f"  board          {sum(s['board_entries'].values())} entries ({board})",
             f"  messages       {s['dms']} DMs, {s['channel_posts']} channel posts",
             f"  score          {s['score']:.1%} of hidden tests ({s['tests_passed']}/{s['tests_total']}), ProgramBench's "
-            f"score; {s['checkpoints']} checkpoints in checkpoints/",
+            f"score; {s.get('checkpoints', 0)} checkpoints in checkpoints/",
             f"  run folder     {s['run_dir']}",
             f"  query it:      python -m agensh_ray.analysis.query {s['run_dir']} merges  (no name: every question)",
         ]
