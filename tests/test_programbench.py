@@ -221,6 +221,34 @@ def test_checkpoints_write_eval_json_trace_rows_and_a_submission_the_leaderboard
     assert missing.returncode == 2 and "is not a run folder" in missing.stderr
 
 
+def test_background_checkpoints_yield_the_cpu_to_the_workers(tmp_path):
+    """A periodic checkpoint scores at nice 10 or more (its sandboxes inherit it from its thread); the
+    final one, and the caller's thread, keep the caller's priority."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    (origin / "compile.sh").write_text('#!/bin/sh\necho "niceness $(nice)"\n'
+                                       "printf '#!/bin/sh\\nexit 0\\n' > executable\nchmod +x executable\n")
+    _git(origin, "init", "-q", "-b", "main")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", "sub")
+    run_dir = tmp_path / "run"
+    trace = TraceWriter(run_dir, "driver", "r", flush_interval_s=0)
+    ckpt = Checkpoints(Task.load(str(CALCULATOR)), run_dir, trace, background_nice=10)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert ckpt.start("periodic", str(origin))
+    assert not ckpt.start("periodic", str(origin)), "one at a time"
+    ckpt.wait()
+    ckpt.run("final", str(origin))
+    trace.close()
+
+    def niceness(name: str) -> int:
+        result = EvaluationResult.model_validate_json((run_dir / "checkpoints" / name).read_text())
+        return int(next(e["output"] for e in result.log if e["step"] == "compile").split("niceness ")[1].split()[0])
+
+    assert niceness("01-periodic.eval.json") == max(10, own)
+    assert niceness("02-final.eval.json") == own == os.getpriority(os.PRIO_PROCESS, 0)
+
+
 async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
     """Through a real worker host and a real ACP agent process: the clone has the reference, untracked;
     the ACP fs path refuses to read or overwrite it, running it works."""

@@ -11,7 +11,11 @@ submission (`git archive`, what ProgramBench's submission.tar.gz holds), scores 
   `python -m agensh_ray.submit` packs.
 
 `start` runs a checkpoint in a thread (the driver keeps printing progress meanwhile); one at a
-time: a checkpoint due while one runs is skipped, the final one waits for it.
+time: a checkpoint due while one runs is skipped, the final one waits for it. A background
+checkpoint runs at a lower CPU priority (`background_nice`, 10 by default): on Linux a thread's
+nice value is its own and everything it starts inherits it (the Evaluator's branch threads, the
+sandboxes, the tests), so scoring takes the CPU the workers leave idle instead of slowing them.
+The final checkpoint, with the workers stopped, runs at the driver's own priority.
 """
 
 from __future__ import annotations
@@ -41,11 +45,25 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, env=env, capture_output=True, text=True).stdout
 
 
+def lower_thread_priority(nice: int) -> None:
+    """Make the calling thread (and all it starts from now on) at least `nice` nice; never raises its
+    priority (a driver already under `nice -n 19` stays there). Linux: nice is per thread."""
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        if nice > current:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except (OSError, AttributeError) as e:  # not Linux, or not allowed: scoring still runs, at full priority
+        log.warning("cannot lower the checkpoint thread's priority: %s", e)
+
+
 class Checkpoints:
     """The checkpoints of one run."""
 
-    def __init__(self, task: Task, run_dir: Path, trace: TraceWriter, time_scale: float = 1.0):
+    def __init__(self, task: Task, run_dir: Path, trace: TraceWriter, time_scale: float = 1.0,
+                 background_nice: int = 10):
         self.task = task
+        self.background_nice = background_nice
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "checkpoints"
         self.trace = trace
@@ -74,6 +92,7 @@ class Checkpoints:
             self._thread.join()
 
     def _background(self, label: str, clone_url: str) -> None:
+        lower_thread_priority(self.background_nice)
         try:
             self.run(label, clone_url)
         except Exception:
