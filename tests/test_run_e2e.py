@@ -19,7 +19,9 @@ from agensh_ray.driver import Run
 from agensh_ray.task import Task
 from tests.support import wait_for
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# The fixture bounds the run itself (120 s to the first turn, 480 s to the end) and says why it stopped;
+# pytest-timeout's default (300 s) must not cut it off first on a loaded machine.
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(660)]
 
 
 @pytest.fixture(scope="module")
