@@ -199,8 +199,8 @@ class RunConfig(BaseModel):
     """Launch interval after the first hour."""
     stop_when_done: bool = True
     """End early once every worker is idle with nothing left to do (the demo); off for real runs."""
-    score_every_s: float = 600.0
-    """Schedule seconds between score checkpoints of main."""
+    score_every_s: float = 1800.0
+    """Schedule seconds between checkpoints (main scored by ProgramBench's rules); one more at the end."""
     address: str | None = None
     """Ray address (auto to join a cluster); None starts a local instance."""
     queue: bool = False

@@ -22,7 +22,8 @@ from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.errors import CapacityError
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.task import Task
-from agensh_ray.trace import ScoreRow, TraceWriter, write_schema_files
+from agensh_ray.task.checkpoint import Checkpoints
+from agensh_ray.trace import TraceWriter, write_schema_files
 
 log = logging.getLogger("agensh.run")
 
@@ -80,7 +81,6 @@ class Run:
         self.run_dir = (Path(cfg.run_dir) / self.run_id).resolve()
         self.workers = worker_ids(cfg.workers)
         self.t0 = 0.0
-        self.last_score: float | None = None
         self._types: Counter = Counter()
         self._board_cursor = self._forge_cursor = 0
         self._prs_open = self._prs_merged = 0
@@ -115,6 +115,8 @@ class Run:
         self.on_head = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         starter = self.run_dir / "starter"
         self.task.materialize_starter(starter)
+        # The execute-only reference, built once; each host copies run_dir/reference/* into its clones.
+        self.task.build_reference(self.run_dir / "reference" / self.task.program)
         write_schema_files(self.run_dir)  # every table queryable from the DuckDB CLI, even if never written
         self.board = get_or_create_board(
             f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"), time_scale=self.cfg.time_scale,
@@ -131,6 +133,7 @@ class Run:
             from agensh_ray.actors.gateway import Gateways
 
             self.gateways = Gateways(self.cfg, self.run_dir, self.run_id, self.on_head)
+        self.checkpoints = Checkpoints(self.task, self.run_dir, self.driver_trace, self.cfg.time_scale)
 
     def _start_hosts(self) -> None:
         from agensh_ray.actors.router import RouterActor
@@ -147,13 +150,14 @@ class Run:
             hid = f"h{i:03d}"
             handle = WorkerActor.options(name=f"host-{self.run_id}-{hid}", **host_options(self.cfg, len(ws), total)).remote(
                 hid, ws, cfg_json, str(self.run_dir), self.run_id, self.board, self.chat, self.forge,
-                {w: self.clone_urls[w] for w in ws}, start_wall, str(self.task.root),
+                {w: self.clone_urls[w] for w in ws}, start_wall, str(self.task.root or ""),
             )
             self.hosts[hid] = (handle, ws)
         ray.get([h.start.remote() for h, _ in self.hosts.values()])
         # The schedule (launch offsets, wind-down, deadline) starts now that the hosts are up:
         # bootstrap time on a loaded machine must not eat into the run.
         self.start_wall = time.time()
+        self.checkpoints.start_wall = self.start_wall
         ray.get([h.set_start.remote(self.start_wall) for h, _ in self.hosts.values()])
         n = max(1, min(self.cfg.routing.routers, len(self.hosts)))
         slices: list[dict] = [{} for _ in range(n)]
@@ -208,26 +212,19 @@ class Run:
         )
 
     def _score(self, checkpoint: str) -> None:
-        """Score main against the hidden tests (a fresh checkout of the forge's main)."""
-        dest = self.run_dir / "score" / "main"
+        """Score main by ProgramBench's rules (agensh_ray/task/checkpoint.py): periodic ones in the
+        background (skipped while one runs), the final one after any running one, here."""
         url = ray.get(self.forge.clone_url.remote("admin"))
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-        if (dest / ".git").exists():
-            subprocess.run(["git", "-C", str(dest), "fetch", "-q", "origin"], check=True, env=env, capture_output=True)
-            subprocess.run(["git", "-C", str(dest), "reset", "-q", "--hard", "origin/main"], check=True, env=env,
-                           capture_output=True)
+        if checkpoint == "final":
+            self.checkpoints.wait()
+            self._final_score = self.checkpoints.run("final", url)
         else:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["git", "clone", "-q", url, str(dest)], check=True, env=env, capture_output=True)
-        commit = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        result = self.task.score(dest)
-        self.last_score = result.pass_rate
-        self.driver_trace.write(
-            ScoreRow(checkpoint=checkpoint, commit=commit.strip(), passed=result.passed, total=result.total,
-                     pass_rate=result.pass_rate)
-        )
-        self.driver_trace.flush()
-        self._final_score = result
+            self.checkpoints.start(checkpoint, url)
+
+    @property
+    def last_score(self) -> float | None:
+        last = getattr(self, "checkpoints", None) and self.checkpoints.last
+        return last.score if last else None
 
     def _loop(self) -> None:
         cfg = self.cfg
@@ -341,9 +338,12 @@ class Run:
             "channel_posts": sum(m.to is None for m in msgs),
             "turn_errors": getattr(self, "_turn_errors", 0),
             **self._model_summary(),
-            "score": res.pass_rate,
+            "score": res.score,
             "tests_passed": res.passed,
             "tests_total": res.total,
+            "tests_not_run": res.not_run,
+            "score_error": res.error_code,
+            "checkpoints": self.checkpoints.seq,
             "run_dir": str(self.run_dir),
         }
 
@@ -367,7 +367,8 @@ class Run:
             f"  messages       {s['dms']} DMs, {s['channel_posts']} channel posts",
             *([f"  model calls    {s['model_calls']} through the gateway ({s['model_retries']} retried), "
                f"{s['model_tokens']:,} tokens, ${s['model_cost_usd']:.4f}"] if "model_calls" in s else []),
-            f"  score          {s['score']:.0%} of hidden tests ({s['tests_passed']}/{s['tests_total']})",
+            f"  score          {s['score']:.1%} of hidden tests ({s['tests_passed']}/{s['tests_total']}), ProgramBench's "
+            f"score; {s.get('checkpoints', 0)} checkpoints in checkpoints/",
             f"  run folder     {s['run_dir']}",
             f"  query it:      python -m agensh_ray.analysis.query {s['run_dir']} merges  (no name: every question)",
         ]

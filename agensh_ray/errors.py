@@ -94,6 +94,19 @@ class TaskError(Exception):
     """A task that cannot be found, read or run, with a message saying which and why."""
 
 
+class TaskUnavailable(TaskError):
+    """A task this machine cannot run or score (a ProgramBench instance without a container engine, its
+    image or its test blobs); the message names each missing piece and how to provide it."""
+
+
+class SandboxError(TaskError):
+    """The scoring sandbox (bubblewrap) cannot run here; the message says why."""
+
+
+class SubmissionError(TaskError):
+    """A submission that cannot be scored as given (not a folder or archive, no compile.sh)."""
+
+
 class UnknownService(ValueError):
     """An unknown forge or chat name, or one missing a setting it needs."""
 

@@ -42,3 +42,8 @@ def handoff(worker_id: str, claims: str, prs: str, recent: str) -> str:
 def refused(what: str, reason: str) -> str:
     """What an agent reads after a permission request of its was refused (ACP carries no reason)."""
     return _text("refused").strip().format(what=what, reason=reason)
+
+
+def task(program: str, reference: str, language: str) -> str:
+    """Issue #1 of a task that brings no task.md of its own (a catalogue instance, a generated task)."""
+    return _text("task").format(program=program, reference=reference, language=language)

@@ -43,7 +43,11 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--workers", type=int, default=8, help="number of identical workers (1 to 1,024)")
-    p.add_argument("--task", default="textkit", help="bundled task name (see tasks/) or a task directory")
+    p.add_argument("--task", default="textkit",
+                   help="programbench:<instance_id> (ProgramBench's catalogue; needs Docker), a bundled task's name, "
+                   "or a folder in ProgramBench's task format (python -m agensh_ray.tasks list)")
+    p.add_argument("--checkpoint-every", type=float, default=30.0,
+                   help="schedule minutes between checkpoints (main scored by ProgramBench's rules; one more at the end)")
     p.add_argument(
         "--harness",
         default="sim",
@@ -136,6 +140,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             workers_per_actor=a.workers_per_actor,
             launch_interval_s=a.launch_interval,
             stop_when_done=not a.no_stop_when_done,
+            score_every_s=a.checkpoint_every * 60.0,
             address=a.address,
             queue=a.queue,
             worker_memory_mb=a.worker_memory_mb,
@@ -170,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         task = Task.load(cfg.task)
+        task.check_available()  # e.g. programbench:<id> without Docker: fails here, in seconds
         if cfg.sandbox.enabled:
             sandbox.require()
     except (TaskError, SandboxUnavailable) as exc:

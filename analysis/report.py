@@ -27,6 +27,7 @@ from agensh_ray.analysis.plots import (
     plot_side_by_side,
 )
 from agensh_ray.analysis.views import parse_percents
+from agensh_ray.analysis.time_to_score import plot_time_to_score
 
 __all__ = ["analyse", "build", "main", "write_report"]
 
@@ -98,6 +99,7 @@ def build(runs: list[RunAnswers], data_dirs: dict[str, str]) -> Doc:
     doc.h(2, "Summary", anchor="summary")
     summary(doc, runs)
     doc.img("scores.png", plot_scores(runs), "score over time")
+    doc.img("time_to_score.png", plot_time_to_score(runs), "time to reach each tenth of the hidden tests")
     if len(runs) > 1:
         side_by_side(doc, runs)
     for i, r in enumerate(runs):

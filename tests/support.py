@@ -6,6 +6,7 @@ the real EmbeddedChat and EmbeddedForge, awaited like their actors)."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,7 @@ class LocalServices:
         self.task = Task.load(task)
         starter = root / "starter"
         self.task.materialize_starter(starter)
+        self.reference = self.task.build_reference(root / "reference-build" / self.task.program)
         self.board_service = BoardService(str(root / "board.jsonl"), board_limits)
         self.board_plain = self.board_service.board
         self.chat_plain = EmbeddedChat(root / "chat")
@@ -84,6 +86,9 @@ class LocalServices:
 
     def host(self, run_dir: Path, workers: list[str], **cfg) -> WorkerHost:
         config = RunConfig(workers=len(workers), **cfg)
+        # As the driver does: the run's reference in <run>/reference/, which the host copies into each clone.
+        (run_dir / "reference").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.reference, run_dir / "reference" / self.task.program)
         return WorkerHost(
             "h000", workers, config, run_dir, "test-run", self, self.clone_urls, time.time(), self.task.root
         )

@@ -28,7 +28,7 @@ def check_report(out: Path, runs: int) -> str:
     # self-contained: every plot inline, nothing fetched
     inline = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
     per_run = len(PLOTS) * runs
-    assert len(inline) == per_run + 1 + (runs > 1), "score plot, side by side, and four plots per run"
+    assert len(inline) == per_run + 2 + (runs > 1), "score and time-to-score plots, side by side, four per run"
     assert "src='http" not in html and "<script" not in html
     links = re.findall(r"!\[[^\]]*\]\((img/[^)]+)\)", md)
     assert len(links) == len(inline)

@@ -19,7 +19,9 @@ from agensh_ray.driver import Run
 from agensh_ray.task import Task
 from tests.support import wait_for
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# The fixture bounds the run itself (120 s to the first turn, 480 s to the end) and says why it stopped;
+# pytest-timeout's default (300 s) must not cut it off first on a loaded machine.
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(660)]
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +104,38 @@ def test_every_trace_table_is_queryable_with_duckdb(finished_run):
     assert mid_turn > 0
     final = con.execute("SELECT pass_rate FROM scores WHERE checkpoint = 'final'").fetchone()[0]
     assert final >= 0.8
+
+
+def test_checkpoints_and_the_submission_agree_with_the_summary(finished_run, tmp_path):
+    """The summary's score is ProgramBench's: the final checkpoint's eval.json scored by the package, and
+    the submission `python -m agensh_ray.submit` writes, scored by the leaderboard's own functions."""
+    import subprocess
+    import sys
+
+    from programbench.submission import aggregate, score_run
+    from programbench.utils.load_data import load_all_instances
+
+    summary, run_dir, _, _ = finished_run
+    assert summary["score"] == 1.0, "the sim solves textkit"
+    con = connect(run_dir)
+    rows = con.execute("SELECT checkpoint, pass_rate, eval_json FROM scores ORDER BY ts").fetchall()
+    assert rows[-1][0] == "final" and rows[-1][1] == summary["score"] and len(rows) == summary["checkpoints"]
+    for _, _, eval_json in rows:
+        assert (run_dir / eval_json).is_file()
+    per_test = con.execute("SELECT count(DISTINCT checkpoint || event_id), count(*) FROM test_results").fetchone()
+    assert per_test[0] == len(rows) and per_test[1] >= len(rows) * summary["tests_total"]
+
+    out = tmp_path / "submission"
+    ran = subprocess.run([sys.executable, "-m", "agensh_ray.submit", str(run_dir), "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(p.name for p in (out / "textkit").iterdir()) == ["submission.tar.gz", "textkit.eval.json"]
+    tasks_dir = tmp_path / "tasks"
+    tasks_dir.mkdir()
+    (tasks_dir / "textkit").symlink_to(Task.load("textkit").root)
+    instances = {i["instance_id"]: i for i in load_all_instances(tasks_dir=tasks_dir)}
+    scores = score_run(out, instances)
+    headline = aggregate(scores, len(instances))
+    assert scores == {"textkit": summary["score"]}
+    assert headline.mean_score == summary["score"] and headline.resolved_pct == 100.0
+    assert json.loads(ran.stdout.strip().splitlines()[-1])["local"] == headline.as_dict()

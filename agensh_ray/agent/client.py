@@ -50,6 +50,7 @@ from acp.schema import (
 
 from agensh_ray.agent.policy import PermissionPolicy, refusal
 from agensh_ray.agent.process import kill_group
+from agensh_ray.task.reference import execute_only
 
 TERMINAL_OUTPUT_LIMIT = 1024 * 1024
 REFUSED = -32602
@@ -107,6 +108,14 @@ def confine(workdir: Path, path: str) -> Path:
         reason = f"outside the worker's workdir {root}"
         raise RequestError(REFUSED, refusal(f"{path} is {reason}"), {"path": path, "reason": reason})
     return resolved
+
+
+def refuse_execute_only(p: Path, path: str) -> None:
+    """The task's reference is execute-only: run it, never read or overwrite its bytes through fs/*."""
+    if execute_only(p):
+        reason = ("execute-only: this is the reference program; run it to see what it does, its bytes cannot be "
+                  "read or written")
+        raise RequestError(-32602, f"{path}: {reason}", {"path": path, "reason": reason})
 
 
 @dataclass
@@ -245,6 +254,7 @@ class WorkdirClient(NoExtensions):
         p = self._confine(path, "fs/read_text_file")
         if not p.is_file():
             raise RequestError.resource_not_found(str(path))
+        refuse_execute_only(p, path)
         text = p.read_text(encoding="utf-8", errors="replace")
         if line is not None or limit is not None:
             lines = text.splitlines(keepends=True)
@@ -255,6 +265,7 @@ class WorkdirClient(NoExtensions):
 
     async def write_text_file(self, content, path, session_id, **kwargs):
         p = self._confine(path, "fs/write_text_file")
+        refuse_execute_only(p, path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(content, encoding="utf-8")
         self.files_written.append(p)

@@ -21,7 +21,7 @@ from agensh_ray.models import now_us
 
 SCHEMA_VERSION = 3
 """1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there).
-3: the llm_calls table added (older runs have none)."""
+3: the llm_calls and test_results tables added (older runs have none); scores gains the checkpoint's schedule time, not_run, error_code and eval_json (ProgramBench scoring)."""
 
 
 class TraceRow(BaseModel):
@@ -159,18 +159,45 @@ class DeliveryRow(TraceRow):
 
 
 class ScoreRow(TraceRow):
-    """One row per scoring of main against the hidden tests, written by the driver."""
+    """One row per checkpoint: main scored against the hidden tests by ProgramBench's rules, written by
+    the driver (agensh_ray/task/checkpoint.py)."""
 
     checkpoint: str
     """periodic | final."""
     commit: str = ""
     """The main commit that was scored."""
     passed: int
-    """Hidden tests passed."""
+    """Active hidden tests passed."""
     total: int
-    """Hidden tests run."""
+    """Active hidden tests (ignored branches and tests left out): the score's denominator."""
     pass_rate: float
-    """passed / total."""
+    """The official per-instance score, passed / total (programbench.submission.score_instance)."""
+    schedule_s: float | None = None
+    """Schedule seconds since the run started when main was taken (the x of a time-to-score curve)."""
+    not_run: int | None = None
+    """Active tests that did not run (a failed build or branch, missing from the JUnit XML); they count as failed."""
+    error_code: str | None = None
+    """Why the evaluation as a whole failed (e.g. compile_failed), else null."""
+    eval_json: str | None = None
+    """The checkpoint's EvaluationResult (ProgramBench's eval.json), relative to the run folder."""
+
+
+class TestResultRow(TraceRow):
+    """One row per hidden test per checkpoint (every test of the active branches, ignored ones flagged)."""
+
+    __test__ = False  # not a pytest test class
+    checkpoint: str
+    """periodic | final (the scores row of the same event_id)."""
+    commit: str = ""
+    """The main commit that was scored."""
+    branch: str
+    """The test branch (tests.json)."""
+    test: str
+    """The test's name as ProgramBench's JUnit parsing gives it."""
+    status: str
+    """passed | skipped | failure | error | system_error | not_run."""
+    ignored: bool = False
+    """The test is ignored by tests.json (e.g. dummy_pass) and does not count."""
 
 
 class LifecycleRow(TraceRow):
@@ -292,6 +319,7 @@ TABLES: dict[str, type[TraceRow]] = {
     "usage": UsageRow,
     "deliveries": DeliveryRow,
     "scores": ScoreRow,
+    "test_results": TestResultRow,
     "lifecycle": LifecycleRow,
     "llm_calls": LlmCallRow,
     "pr_changes": PrChangeRow,

@@ -20,6 +20,7 @@ from pathlib import Path
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.config import RunConfig
+from agensh_ray.task.reference import REFERENCE_DIR, install_reference
 
 SEED_MAX_AGE_S = 30.0
 GIT_IDENTITY = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
@@ -89,6 +90,7 @@ class Workdirs:
 
     def __init__(self, run_dir: Path, host_id: str):
         self.seed = Path(run_dir) / "workers" / f"_{host_id}" / "seed.git"
+        self.references = Path(run_dir) / REFERENCE_DIR
         self._lock = threading.Lock()
         self._seed_at = 0.0
 
@@ -96,6 +98,7 @@ class Workdirs:
         """The worker's clone at `workdir` (kept if it exists) and its HOME."""
         home.mkdir(parents=True, exist_ok=True)
         if (workdir / ".git").exists():
+            self.install_references(workdir)
             return
         env = git_env(worker_id, home)
         seed = self.seed
@@ -110,3 +113,10 @@ class Workdirs:
                 self._seed_at = time.monotonic()
         _git(["clone", "-q", str(seed), str(workdir)], env)
         _git(["-C", str(workdir), "remote", "set-url", "origin", clone_url], env)
+        self.install_references(workdir)
+
+    def install_references(self, workdir: Path) -> None:
+        """The run's execute-only reference (the driver built it in <run>/reference/) into the clone's
+        reference/, untracked (agensh_ray/task/reference.py)."""
+        for built in sorted(self.references.glob("*")) if self.references.is_dir() else []:
+            install_reference(built, workdir, f"{REFERENCE_DIR}/{built.name}")

@@ -1,26 +1,33 @@
-"""Regenerate `cases.json`, the hidden tests, from the reference implementation.
+"""Regenerate the hidden tests (tests/<branch>/ and tests.json) from the reference, the ProgramBench way.
 
-    python tasks/textkit/hidden_tests/generate.py           # rewrite cases.json
-    python tasks/textkit/hidden_tests/generate.py --check   # exit 1 if it is stale
+    python tasks/textkit/hidden_tests/generate.py           # rewrite tests/ and tests.json
+    python tasks/textkit/hidden_tests/generate.py --check   # exit 1 if they are stale
 
-Only the inputs are written by hand (CASES below); every expected stdout and
-exit code comes from running `reference_src/textkit_ref.py`, so the hidden
-tests cannot disagree with the reference the workers compare against. The
-inputs are deliberately different from the visible `checks/samples.json` and
-lean on the edge cases the manual documents. Output is deterministic: same
-inputs and reference, byte-identical file.
+Only the inputs are written by hand (CASES below); the reference executable is built from src/
+(build.sh) and every expected stdout, exit code and "wrote on stderr" is recorded from running it
+(`agensh_ray.task.golden`), so the hidden tests cannot disagree with the reference the workers
+compare against. Tests a trivial dummy executable passes are ignored with reason dummy_pass. The
+inputs are deliberately different from the visible `checks/samples.json` and lean on the edge
+cases the manual documents. Output is deterministic.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import sys
+import tempfile
 from pathlib import Path
 
+from agensh_ray.task.golden import Case, write_tests
+from agensh_ray.task.local import LocalTask
+
 HERE = Path(__file__).resolve().parent
-REFERENCE_SRC = HERE.parent / "reference_src" / "textkit_ref.py"
-OUTPUT = HERE / "cases.json"
+TASK_DIR = HERE.parent
+# The three test branches, by subcommand.
+BRANCHES = {
+    "case": ("upper", "lower", "title", "rot13", "caesar"),
+    "lines": ("reverse", "tac", "head", "tail", "uniq", "sort", "squeeze", "number"),
+    "words": ("palindromes", "wc", "count-vowels", "freq"),
+}
 
 FIFTEEN = "".join(f"row {i}\n" for i in range(1, 16))
 TWELVE_WORDS = "kiwi fig apple lime date cherry banana grape mango nut orange pear\n"
@@ -137,46 +144,43 @@ CASES: list[tuple[str, list[str], str]] = [
 ]
 
 
-def load_reference():
-    spec = importlib.util.spec_from_file_location("textkit_ref", REFERENCE_SRC)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def build() -> str:
-    ref = load_reference()
-    cases, seen = [], {}
+def cases() -> list[Case]:
+    branch_of = {f: b for b, fs in BRANCHES.items() for f in fs}
+    out, seen = [], {}
     for feature, args, stdin in CASES:
         seen[feature] = seen.get(feature, 0) + 1
-        stdout, _stderr, code = ref.run([feature, *args], stdin)
-        cases.append(
-            {
-                "id": f"{feature}-{seen[feature]:02d}",
-                "feature": feature,
-                "args": args,
-                "stdin": stdin,
-                "stdout": stdout,
-                "exit_code": code,
-            }
-        )
-    doc = {"generated_by": "hidden_tests/generate.py", "cases": cases}
-    return json.dumps(doc, indent=1, ensure_ascii=True) + "\n"
+        out.append(Case(branch=branch_of[feature], id=f"{feature}-{seen[feature]:02d}", args=[feature, *args],
+                        stdin=stdin))
+    return out
+
+
+def generate(task_dir: Path) -> dict:
+    """Write tests/ and tests.json into task_dir (a copy of this task folder)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = LocalTask(TASK_DIR).build_reference(Path(tmp) / "textkit")
+        return write_tests(task_dir, cases(), reference)
+
+
+def snapshot(task_dir: Path) -> dict[str, bytes]:
+    files = [task_dir / "tests.json", *sorted((task_dir / "tests").rglob("*"))]
+    return {str(p.relative_to(task_dir)): p.read_bytes() for p in files if p.is_file()}
 
 
 def main(argv: list[str]) -> int:
-    text = build()
     if argv == ["--check"]:
-        current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
-        if current != text:
-            print(f"{OUTPUT} is stale: run {Path(__file__).name} to regenerate", file=sys.stderr)
-            return 1
+        with tempfile.TemporaryDirectory() as tmp:
+            data = generate(Path(tmp))
+            if snapshot(Path(tmp)) != snapshot(TASK_DIR):
+                print(f"tests/ and tests.json are stale: run {Path(__file__).name} to regenerate", file=sys.stderr)
+                return 1
         return 0
     if argv:
         print("usage: generate.py [--check]", file=sys.stderr)
         return 2
-    OUTPUT.write_text(text, encoding="utf-8")
-    print(f"wrote {len(json.loads(text)['cases'])} cases to {OUTPUT}")
+    data = generate(TASK_DIR)
+    n = sum(len(b["tests"]) for b in data["branches"].values())
+    dummy = sum(len(b["ignored_tests"]) for b in data["branches"].values())
+    print(f"wrote {n} tests in {len(data['branches'])} branches ({dummy} ignored: dummy_pass) to {TASK_DIR}")
     return 0
 
 

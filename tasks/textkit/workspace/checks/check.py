@@ -4,7 +4,7 @@
     python checks/check.py upper caesar    # just these
 
 For each command, every sample in `checks/samples.json` is run through both
-`python reference/textkit.pyz` and `python -m textkit` (this repository), and
+`reference/textkit` (the execute-only reference) and `python -m textkit` (this repository), and
 their stdout and exit code are compared (stderr wording is free). One line per
 command: `PASS <cmd>` or `FAIL <cmd>: <reason>`. Exit code 0 only if every
 requested command passes.
@@ -24,17 +24,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT / "reference" / "textkit.pyz"
+REFERENCE = ROOT / "reference" / "textkit"
 SAMPLES = ROOT / "checks" / "samples.json"
 TIMEOUT_S = 10.0
 
 
 def run(argv: list[str], stdin: str) -> tuple[str, int]:
-    """(stdout, exit code) of one process; a timeout counts as exit code -1."""
+    """(stdout, exit code) of one process (`argv` after the interpreter, or the reference's path
+    first); a timeout counts as exit code -1."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONIOENCODING="utf-8", PYTHONDONTWRITEBYTECODE="1")
     try:
         proc = subprocess.run(
-            [sys.executable, *argv],
+            argv if argv[0] == str(REFERENCE) else [sys.executable, *argv],
             input=stdin.encode("utf-8"),
             capture_output=True,
             cwd=ROOT,
@@ -92,7 +93,7 @@ def main(argv: list[str]) -> int:
     if not names:
         print("nothing to check: no command is registered yet")
         return 0
-    if not REFERENCE.is_file():
+    if not REFERENCE.exists():
         for name in names:
             print(f"FAIL {name}: {REFERENCE.relative_to(ROOT)} not found")
         return 1

@@ -1,9 +1,10 @@
 """textkit, reference implementation: every subcommand in one file.
 
-This is the behaviour the workers rebuild. They never see this source: the
-task loader compiles it to bytecode and ships it as `reference/textkit.pyz`,
-so the only ways to learn the behaviour are the manual (`docs/textkit.md`)
-and running the executable. The hidden tests are generated from `run()`.
+This is the behaviour the workers rebuild. They never see this source:
+build.sh compiles it into an execute-only ELF (the interpreter embedded, the
+code inside the binary) that each worker gets as `reference/textkit`, so the
+only ways to learn the behaviour are the manual (`docs/textkit.md`) and
+running the executable. The hidden tests are recorded from that executable.
 
 Conventions shared by every subcommand (the manual states them too):
 

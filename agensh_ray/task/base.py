@@ -1,0 +1,110 @@
+"""What every task offers, whichever its source: the text, the starting repository, the
+execute-only reference, and scoring by ProgramBench's rules.
+
+Sources (`Task.load`):
+
+* `programbench:<instance_id>`: an instance of ProgramBench's catalogue (`catalogue.py`): the
+  cleanroom image gives the workspace and reference, the package's Evaluator scores in Docker;
+* a folder in ProgramBench's task format (`local.py`), scored without Docker in bubblewrap by
+  the same Evaluator steps; the bundled tasks (`tasks/<name>/`, e.g. `textkit`) are such folders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from programbench.eval.eval import EvaluationResult
+from pydantic import BaseModel
+
+from agensh_ray.errors import TaskError
+from agensh_ray.task.evaluate import ScoreSummary, summarize
+from agensh_ray.task.reference import REFERENCE_DIR
+
+CATALOGUE_PREFIX = "programbench:"
+
+
+class Feature(BaseModel):
+    """One independently buildable unit of the program (the sim's oracle): a subcommand."""
+
+    name: str
+    module: str
+    """Path of the feature's module inside the repository, e.g. `textkit/commands/upper.py`."""
+    registry_line: str
+    """The exact line that registers it, inserted just above the closing `}` of the registry."""
+
+
+class Task:
+    """A loaded task. Construct with `Task.load`."""
+
+    source: str = ""
+    """local | programbench."""
+    instance_id: str = ""
+    name: str = ""
+    title: str = ""
+    program: str = "executable"
+    """The reference's file name in `reference/`."""
+    root: Path | None = None
+    """The task folder (local tasks)."""
+    instance: dict = {}
+    """The instance as ProgramBench's `load_data` loads it (task.yaml + tests.json)."""
+    registry_path: str | None = None
+
+    @classmethod
+    def load(cls, spec: str = "textkit") -> "Task":
+        """`programbench:<instance_id>`, a bundled task's name, or a task folder's path."""
+        if spec.startswith(CATALOGUE_PREFIX):
+            from agensh_ray.task.catalogue import CatalogueTask
+
+            return CatalogueTask(spec[len(CATALOGUE_PREFIX):])
+        from agensh_ray.task.local import LocalTask
+
+        return LocalTask.open(spec)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    # -- what the workers see ------------------------------------------------------------------
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def materialize_starter(self, dest: Path) -> None:
+        """Write the repository's first commit into `dest` (never the reference, never the tests)."""
+        raise NotImplementedError
+
+    def build_reference(self, dest: Path) -> Path:
+        """Write the reference executable to `dest`, execute-only (mode 0111)."""
+        raise NotImplementedError
+
+    @property
+    def reference_relpath(self) -> str:
+        return f"{REFERENCE_DIR}/{self.program}"
+
+    # -- scoring -------------------------------------------------------------------------------
+    def check_available(self) -> None:
+        """Raise TaskUnavailable naming what this machine lacks to run and score the task."""
+
+    def evaluate(self, submission: Path, scratch: Path | None = None) -> EvaluationResult:
+        """ProgramBench's evaluation of a submission (folder or archive with a compile.sh)."""
+        raise NotImplementedError
+
+    def summarize(self, result: EvaluationResult) -> ScoreSummary:
+        return summarize(result, self.instance)
+
+    def active_tests(self) -> int:
+        """Tests that count: those of active branches, ignored tests left out."""
+        n = 0
+        for info in (self.instance.get("branches") or {}).values():
+            if not info.get("ignored"):
+                ignored = {t["name"] for t in info.get("ignored_tests") or []}
+                n += sum(t not in ignored for t in info.get("tests") or [])
+        return n
+
+    # -- what only the simulated agent sees ------------------------------------------------------
+    def features(self) -> list[Feature]:
+        raise TaskError(f"task {self.name!r} has no oracle: the sim harness needs one (the bundled textkit has)")
+
+    def oracle_module(self, name: str) -> str:
+        raise TaskError(f"task {self.name!r} has no oracle")
+
+    def oracle_bug(self, name: str) -> tuple[str, str]:
+        raise TaskError(f"task {self.name!r} has no oracle")

@@ -1,0 +1,137 @@
+"""Checkpoints: main scored during a run, by the same code as `python -m agensh_ray.score`.
+
+Each checkpoint fetches the forge's main into `<run>/score/main`, packs its tree as the
+submission (`git archive`, what ProgramBench's submission.tar.gz holds), scores it with
+`Task.evaluate`, and writes
+
+* `<run>/checkpoints/<NN>-<label>.eval.json`: the package's EvaluationResult;
+* one `scores` row (the leaderboard's score, counts, schedule time) and one `test_results` row per
+  test (branch, test, status), so time-to-score curves and "which tests flipped when" are SQL;
+* for the final checkpoint, `<run>/checkpoints/submission.tar.gz`: main at the deadline, what
+  `python -m agensh_ray.submit` packs.
+
+`start` runs a checkpoint in a thread (the driver keeps printing progress meanwhile); one at a
+time: a checkpoint due while one runs is skipped, the final one waits for it. A background
+checkpoint runs at a lower CPU priority (`background_nice`, 10 by default): on Linux a thread's
+nice value is its own and everything it starts inherits it (the Evaluator's branch threads, the
+sandboxes, the tests), so scoring takes the CPU the workers leave idle instead of slowing them.
+The final checkpoint, with the workers stopped, runs at the driver's own priority.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from programbench.utils.load_data import get_active_branches, get_ignored_tests
+
+from agensh_ray.task.base import Task
+from agensh_ray.task.evaluate import ScoreSummary
+from agensh_ray.trace import ScoreRow, TestResultRow, TraceWriter
+
+log = logging.getLogger("agensh.checkpoint")
+
+FINAL_SUBMISSION = "submission.tar.gz"
+
+
+def _git(args: list[str], cwd: Path | None = None) -> str:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    return subprocess.run(["git", *args], cwd=cwd, check=True, env=env, capture_output=True, text=True).stdout
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Make the calling thread (and all it starts from now on) at least `nice` nice; never raises its
+    priority (a driver already under `nice -n 19` stays there). Linux: nice is per thread."""
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        if nice > current:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except (OSError, AttributeError) as e:  # not Linux, or not allowed: scoring still runs, at full priority
+        log.warning("cannot lower the checkpoint thread's priority: %s", e)
+
+
+class Checkpoints:
+    """The checkpoints of one run."""
+
+    def __init__(self, task: Task, run_dir: Path, trace: TraceWriter, time_scale: float = 1.0,
+                 background_nice: int = 10):
+        self.task = task
+        self.background_nice = background_nice
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / "checkpoints"
+        self.trace = trace
+        self.time_scale = time_scale
+        self.start_wall = time.time()
+        self.seq = 0
+        self.last: ScoreSummary | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, label: str, clone_url: str) -> bool:
+        """Run a checkpoint in the background; False (nothing started) if one is still running."""
+        if self.busy:
+            return False
+        self._thread = threading.Thread(target=self._background, args=(label, clone_url), daemon=True,
+                                        name=f"checkpoint-{label}")
+        self._thread.start()
+        return True
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def _background(self, label: str, clone_url: str) -> None:
+        lower_thread_priority(self.background_nice)
+        try:
+            self.run(label, clone_url)
+        except Exception:
+            log.exception("checkpoint %s failed", label)
+
+    def run(self, label: str, clone_url: str) -> ScoreSummary:
+        """Score main now: fetch, pack, evaluate, write the eval.json and the trace rows."""
+        with self._lock:
+            schedule_s = (time.time() - self.start_wall) * self.time_scale
+            repo = self.run_dir / "score" / "main"
+            if (repo / ".git").exists():
+                _git(["-C", str(repo), "fetch", "-q", clone_url, "+refs/heads/main:refs/remotes/origin/main"])
+                _git(["-C", str(repo), "reset", "-q", "--hard", "origin/main"])
+            else:
+                repo.parent.mkdir(parents=True, exist_ok=True)
+                _git(["clone", "-q", clone_url, str(repo)])
+            commit = _git(["-C", str(repo), "rev-parse", "HEAD"]).strip()
+            self.seq += 1
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="agensh-ckpt-") as tmp:
+                archive = Path(tmp) / "submission.tar.gz"
+                _git(["-C", str(repo), "archive", "--format=tar.gz", "-o", str(archive), "HEAD"])
+                result = self.task.evaluate(archive)
+                if label == "final":
+                    shutil.copyfile(archive, self.dir / FINAL_SUBMISSION)
+            name = f"{self.seq:02d}-{label}.eval.json"
+            (self.dir / name).write_text(result.model_dump_json(indent=2))
+            summary = self.task.summarize(result)
+            event = f"checkpoint:{self.seq}"
+            self.trace.write(ScoreRow(checkpoint=label, commit=commit, passed=summary.passed, total=summary.total,
+                                      pass_rate=summary.score, schedule_s=round(schedule_s, 3),
+                                      not_run=summary.not_run, error_code=summary.error_code,
+                                      eval_json=f"checkpoints/{name}", event_id=event))
+            active = set(get_active_branches(self.task.instance))
+            ignored = get_ignored_tests(self.task.instance)
+            for t in result.test_results:
+                if t.branch in active:
+                    self.trace.write(TestResultRow(checkpoint=label, commit=commit, branch=t.branch, test=t.name,
+                                                   status=t.status, ignored=t.full_name in ignored, event_id=event))
+            self.trace.flush()
+            self.last = summary
+            return summary

@@ -1,0 +1,55 @@
+"""The execute-only reference in a worker's clone: running it works, reading its bytes does not.
+
+The reference is never committed (git would hand its bytes to anyone): the driver builds it once
+per run (`Task.build_reference`, mode 0111) and each worker's clone gets a copy at
+`reference/<program>`, excluded from git. What stops a read:
+
+* the ACP client refuses `fs/read_text_file` and `fs/write_text_file` on a file with no read bit
+  (`execute_only`), whoever the client runs as;
+* the kernel refuses `open()` of a 0111 file to any process without CAP_DAC_OVERRIDE /
+  CAP_DAC_READ_SEARCH, while `execve` works (for an ELF: the bundled textkit's reference is one,
+  with its Python interpreter embedded, see tasks/textkit/src/build_exe.py), and marks the
+  process non-dumpable, so /proc/<pid>/mem is closed too. An agent sandbox that runs agents as a
+  non-root uid without capabilities, with the clone's `reference/` bound read-only (so it cannot be
+  chmod-ed) and the task folder and run folder not mounted, makes this hold for every shell command.
+  Agents running unsandboxed as root can read anything, the task folder included.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+REFERENCE_DIR = "reference"
+"""Where a worker's clone holds the execute-only reference (`reference/<program>`, untracked)."""
+
+
+def execute_only(path: str | os.PathLike) -> bool:
+    """True for a regular file that someone may execute and nobody may read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    mode = st.st_mode
+    readable = mode & (stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    runnable = mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return stat.S_ISREG(mode) and bool(runnable) and not readable
+
+
+def install_reference(built: Path, workdir: Path, relpath: str) -> Path:
+    """Copy the run's built reference into a worker's clone at `relpath` (0111), excluded from git."""
+    dest = Path(workdir) / relpath
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.copyfile(built, tmp)
+    os.chmod(tmp, 0o111)
+    os.replace(tmp, dest)
+    exclude = Path(workdir) / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir():
+        line = f"/{REFERENCE_DIR}/"
+        text = exclude.read_text() if exclude.exists() else ""
+        if line not in text.splitlines():
+            exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + line + "\n")
+    return dest
