@@ -20,7 +20,14 @@ What the server does for git that a bare CGI runner would not:
   at the same moment queue instead of forking hundreds of processes);
 * after each push (`POST .../git-receive-pack`) `on_receive_pack(user)` is
   called, so the forge can pick up what the repository's hooks recorded
-  without waiting for its next API call.
+  without waiting for its next API call;
+* a push whose body is over `max_push_bytes` is read to its end, dropped,
+  and answered in git's own framing (pktline.py), so the pusher sees the
+  limit named on its terminal; a push git refused before any hook ran
+  (`receive.fsckObjects`, `receive.maxInputSize`: "unpack" failed) is
+  recognised in git's answer. Both are reported through
+  `on_push_refused(user, [(old, new, ref)], reason)`; refusals by the hooks
+  are the hooks' to record.
 """
 
 from __future__ import annotations
@@ -37,12 +44,20 @@ from pathlib import Path
 from typing import IO, Callable
 from urllib.parse import unquote, urlsplit
 
-from agensh_ray.services.forge.http_body import COPY, BadRequest, read_body
+from agensh_ray.services.forge import pktline
+from agensh_ray.services.forge.http_body import COPY, HEAD_BYTES, MAX_BODY, BadRequest, TooLarge, read_body
 from agensh_ray.services.http_thread import serve_in_thread
 
 log = logging.getLogger(__name__)
 
 REALM = "agensh"
+CAPTURE_BYTES = 256 * 1024
+"""How much of receive-pack's answer is kept to read its result (the report and messages are small)."""
+Refused = Callable[[str, list[tuple[str, str, str]], str], None]
+
+
+def mib(n: int) -> str:
+    return f"{n / 1048576:.1f} MiB" if n % 1048576 else f"{n // 1048576} MiB"
 
 
 def git_exec_path() -> str:
@@ -66,12 +81,16 @@ class GitHTTPServer:
         on_receive_pack: Callable[[str], None] | None = None,
         max_backends: int = 32,
         extra_env: dict[str, str] | None = None,
+        max_push_bytes: int | None = None,
+        on_push_refused: Refused | None = None,
     ):
         self.project_root = Path(project_root).resolve()
         self.authenticate = authenticate
         self.host = host
         self.repos = repos
         self.on_receive_pack = on_receive_pack
+        self.max_push_bytes = max_push_bytes or MAX_BODY
+        self.on_push_refused = on_push_refused
         self._requested_port = port
         self._slots = threading.BoundedSemaphore(max_backends)
         self._git = git_exec_path()
@@ -212,8 +231,15 @@ class _GitHandler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": f'Basic realm="{REALM}"'},
             )
             return
+        is_push = self.command == "POST" and path.endswith("/git-receive-pack")
         try:
-            body, length = read_body(self.headers, self.rfile)
+            body, length = read_body(self.headers, self.rfile, srv.max_push_bytes if is_push else MAX_BODY)
+        except TooLarge as exc:
+            if is_push:
+                self._refuse_push(user, exc)
+            else:
+                self._simple(413, f"request body too large: {exc}")
+            return
         except BadRequest as exc:
             self._simple(400, f"bad request: {exc}")
             return
@@ -238,9 +264,15 @@ class _GitHandler(BaseHTTPRequestHandler):
             proto = self.headers.get("Git-Protocol")
             if proto:
                 env["GIT_PROTOCOL"] = proto
-            is_push = self.command == "POST" and path.endswith("/git-receive-pack")
+            head, answer = b"", None
+            if is_push and body is not None:
+                head = body.read(HEAD_BYTES)
+                body.seek(0)
+                answer = bytearray()
             with srv._slots:
-                self._run_backend(env, body)
+                self._run_backend(env, body, answer)
+            if answer is not None:
+                self._after_push(user, head, bytes(answer))
             if is_push and srv.on_receive_pack is not None:
                 try:
                     srv.on_receive_pack(user)
@@ -250,7 +282,42 @@ class _GitHandler(BaseHTTPRequestHandler):
             if body is not None:
                 body.close()
 
-    def _run_backend(self, env: dict[str, str], body: IO[bytes] | None) -> None:
+    def _refused(self, user: str, updates: list[tuple[str, str, str]], reason: str) -> None:
+        if self.server_ref.on_push_refused is not None and updates:
+            try:
+                self.server_ref.on_push_refused(user, updates, reason)
+            except Exception:
+                log.exception("on_push_refused callback failed")
+
+    def _refuse_push(self, user: str, exc: TooLarge) -> None:
+        """A push over the size limit: git's answer, written here (git never saw the push)."""
+        updates, caps = pktline.push_commands(exc.head)
+        reason = (f"this push is {mib(exc.size)} ({exc.size} bytes): pushes are limited to {mib(exc.limit)} "
+                  f"({exc.limit} bytes) on this forge")
+        message = (f"refused: {reason}.\nPush fewer or smaller files (keep large data and build outputs out of "
+                   "the repository).\nNothing from this push was accepted.")
+        self._refused(user, updates, reason)
+        if not updates or "report-status" not in caps:
+            self._simple(413, message)
+            return
+        data = pktline.refusal(updates, caps, message, f"push over the {mib(exc.limit)} limit")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-git-receive-pack-result")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _after_push(self, user: str, head: bytes, answer: bytes) -> None:
+        """Report a push git refused before the hooks ran (its objects failed to unpack or check)."""
+        unpack, _refused, lines = pktline.read_result(answer)
+        if unpack is None or unpack == "ok":
+            return
+        said = [line for line in lines if line.startswith(("error:", "fatal:"))]
+        reason = "; ".join(said) if said else f"git could not unpack the push: {unpack}"
+        self._refused(user, pktline.push_commands(head)[0], reason)
+
+    def _run_backend(self, env: dict[str, str], body: IO[bytes] | None, answer: bytearray | None = None) -> None:
         srv = self.server_ref
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
@@ -262,7 +329,7 @@ class _GitHandler(BaseHTTPRequestHandler):
                 cwd=srv.project_root,
             )
             try:
-                self._relay(proc)
+                self._relay(proc, answer)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             finally:
@@ -278,8 +345,9 @@ class _GitHandler(BaseHTTPRequestHandler):
             if stderr:
                 log.debug("git http-backend: %s", stderr)
 
-    def _relay(self, proc: subprocess.Popen) -> None:
-        """Turn the CGI response on the backend's stdout into an HTTP response."""
+    def _relay(self, proc: subprocess.Popen, answer: bytearray | None = None) -> None:
+        """Turn the CGI response on the backend's stdout into an HTTP response (its body's first
+        CAPTURE_BYTES also into `answer`)."""
         out = proc.stdout
         status = 200
         reason = "OK"
@@ -319,6 +387,8 @@ class _GitHandler(BaseHTTPRequestHandler):
             data = out.read1(COPY) if hasattr(out, "read1") else out.read(COPY)
             if not data:
                 break
+            if answer is not None and len(answer) < CAPTURE_BYTES:
+                answer += data[: CAPTURE_BYTES - len(answer)]
             if chunked:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             else:

@@ -150,6 +150,15 @@ def check_head_is_not_base(head: str, base: str) -> None:
         )
 
 
+def check_own_head(author: str, head: str) -> None:
+    """A PR's head is a branch of its author's namespace (`<author>/...`): a PR by w002 holds w002's work."""
+    if not head.startswith(f"{author}/"):
+        raise ForgeError(
+            f"branch {head} is not yours: open PRs from your own branches, named {author}/<topic> "
+            f"(git push origin HEAD:refs/heads/{author}/<topic>); to help with {head}, review or comment on its PR"
+        )
+
+
 def check_reviewable(number: int, state: str) -> None:
     if state != "open":
         raise ForgeError(f"PR #{number} is {state}: only open PRs can be reviewed (use pr_comment to remark on it)")
