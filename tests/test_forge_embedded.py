@@ -26,11 +26,11 @@ STARTER = {
 }
 
 
-def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+def git(*args: str, cwd: Path, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_ASKPASS", "SSH_ASKPASS")}
     env["GIT_TERMINAL_PROMPT"] = "0"
     res = subprocess.run(
-        ["git", "-c", "credential.helper=", *args], cwd=cwd, env=env, capture_output=True, text=True
+        ["git", "-c", "credential.helper=", *args], cwd=cwd, env=env, capture_output=True, text=True, input=input
     )
     if check and res.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")

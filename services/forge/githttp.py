@@ -297,7 +297,7 @@ class _GitHandler(BaseHTTPRequestHandler):
         message = (f"refused: {reason}.\nPush fewer or smaller files (keep large data and build outputs out of "
                    "the repository).\nNothing from this push was accepted.")
         self._refused(user, updates, reason)
-        if not updates or "report-status" not in caps:
+        if not updates or not caps & {"report-status", "report-status-v2"}:
             self._simple(413, message)
             return
         data = pktline.refusal(updates, caps, message, f"push over the {mib(exc.limit)} limit")

@@ -159,7 +159,15 @@ class ForgeGit:
     def merge_tree(self, base: str, head: str) -> tuple[str | None, list[str]]:
         """Merge `head` into `base` in the object store: (tree, []) when clean, (None, conflicted paths) on a
         conflict; MergeFailed when git cannot merge at all."""
+        # Every object the head brings must be there: git 2.39's merge-tree reads a tree it cannot find as
+        # empty (it says "error: Could not read" and exits 0 with a tree that drops every file).
+        whole = self.in_repo("rev-list", "--objects", "--quiet", head, "--not", base, check=False)
+        if whole.returncode != 0:
+            raise MergeFailed(f"the branch's objects are incomplete: {whole.stderr.strip()}")
         res = self.in_repo("merge-tree", "--write-tree", "--no-messages", "--name-only", "-z", base, head, check=False)
+        said = [line for line in res.stderr.splitlines() if line.startswith(("error:", "fatal:"))]
+        if said and res.returncode in (0, 1):
+            raise MergeFailed(f"git merge-tree: {'; '.join(said)}")
         if res.returncode == 0:
             return res.stdout.split("\0", 1)[0].strip(), []
         if res.returncode == 1:

@@ -218,10 +218,12 @@ def content_problems(objects: Objects, changes: list, max_file_bytes: int) -> li
             problems.append(f"{label}{path!r}: {problem}")
             continue
         (links if mode == "120000" else blobs).append((label, path, sha))
-    sizes = objects.sizes(sorted({sha for _, _, sha in blobs})) if blobs and max_file_bytes else {}
+    sizes = objects.sizes(sorted({sha for _, _, sha in blobs})) if blobs else {}
     for label, path, sha in blobs:
-        size = sizes.get(sha, 0)
-        if size > max_file_bytes:
+        size = sizes.get(sha)
+        if size is None:
+            problems.append(f"{label}{path!r}: its content (object {sha[:12]}) is missing from the repository")
+        elif max_file_bytes and size > max_file_bytes:
             problems.append(f"{label}{path!r} is {size} bytes ({mib(size)}): files are limited to "
                             f"{mib(max_file_bytes)} ({max_file_bytes} bytes) each on this forge")
     targets = objects.contents(sorted({sha for _, _, sha in links})) if links else {}
