@@ -17,6 +17,8 @@ from agensh_ray.errors import ForgeError
 from agensh_ray.models import ReviewVerdict
 
 PROTECTED_BRANCH = "main"
+ADMINS = ("admin",)
+"""The run's own account (the driver reads and scores as it): not bound to a branch namespace."""
 MAX_DIFF_CHARS = 2_000_000
 """A PR's diff is cut at this many characters (with a note saying so)."""
 PR_STATES = ("open", "merged", "closed", "all")

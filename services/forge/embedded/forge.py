@@ -18,12 +18,10 @@ from agensh_ray.services.forge.embedded.git import ForgeGit, MergeFailed
 from agensh_ray.services.forge.embedded.hooks import HookLog, PushLimits, install_hooks
 from agensh_ray.services.forge.embedded.store import ForgeStore
 from agensh_ray.services.forge.githttp import GitHTTPServer
-from agensh_ray.services.forge.rules import PROTECTED_BRANCH
+from agensh_ray.services.forge.rules import ADMINS, PROTECTED_BRANCH
 
 REPO_NAME = "repo.git"
 PROTECTION_MESSAGE = "main is protected: push a branch, open a PR (pr_create) and merge it (pr_merge)"
-ADMINS = ("admin",)
-"""The run's own account (the driver reads and scores as it): may push any branch but main."""
 
 
 class EmbeddedForge:
