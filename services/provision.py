@@ -8,7 +8,8 @@ scoped access token; the org and the repository seeded from the task's
 starter files with a real `git push`; issue #1 = the task text; branch
 protection on main (nobody pushes, 0 approvals, no status checks: PRs are
 the only way in), one rule per worker's namespace `<worker>/**` (only that
-worker pushes there), every tag protected (services/README.md says what
+worker pushes there), one rule `**` for every other branch (nobody pushes
+there), every tag protected (services/README.md says what
 Gitea enforces of the embedded forge's rules and what it does not); a
 webhook with a secret to the router intake.
 Mattermost: the same users, a team, the task channel, a token per user.
@@ -48,6 +49,8 @@ TOKEN_NAME = "agensh"
 TOKEN_SCOPES = ["write:repository", "write:issue", "read:user", "read:organization"]
 DRIVER = ("admin", "agensh-driver")
 """(name in the run, login): the run's own account."""
+CATCH_ALL = "**"
+"""The branch protection rule of every branch no other rule names: nobody pushes there."""
 HOOK_EVENTS = ["push", "pull_request", "pull_request_sync", "pull_request_review", "pull_request_comment"]
 
 Say = Callable[[str], None]
@@ -265,24 +268,33 @@ class GiteaBootstrap:
 
     def protect_namespaces(self, logins: list[str]) -> None:
         """One rule per worker, `<login>/**`: only that worker pushes and force-pushes there (Gitea has no
-        rule for "a user's own prefix", so each is spelled out). Rules that exist are kept as they are
-        (Gitea's API addresses a rule by a name that here contains '/')."""
-        have = {p.get("rule_name") for p in self.client.call("GET", f"{self.repo_path}/branch_protections",
-                                                             self.admin) or []}
-        made = 0
-        for login in logins:
-            name = f"{login}/**"
-            if name in have:
-                continue
-            self.client.call("POST", f"{self.repo_path}/branch_protections", self.admin, {
-                "rule_name": name, "enable_push": True, "enable_push_whitelist": True,
+        rule for "a user's own prefix", so each is spelled out), then the rule `**` that nobody pushes to:
+        every other branch (`feature-x`, `W002/x`: glob rules match case-sensitively). Gitea applies the
+        first glob rule that matches, in priority order, and a new rule comes last, so `**` must be the
+        newest: when a namespace is added to a repository that has it, it is deleted and made again. Rules
+        that exist are kept as they are (Gitea's API addresses a rule by a name that here contains '/')."""
+        path = f"{self.repo_path}/branch_protections"
+        have = {p.get("rule_name") for p in self.client.call("GET", path, self.admin) or []}
+        missing = [login for login in logins if f"{login}/**" not in have]
+        if missing and CATCH_ALL in have:
+            self.client.call("DELETE", f"{path}/{quote(CATCH_ALL, safe='')}", self.admin)
+            have.discard(CATCH_ALL)
+        for login in missing:
+            self.client.call("POST", path, self.admin, {
+                "rule_name": f"{login}/**", "enable_push": True, "enable_push_whitelist": True,
                 "push_whitelist_usernames": [login], "enable_force_push": True,
                 "enable_force_push_allowlist": True, "force_push_allowlist_usernames": [login],
                 "required_approvals": 0, "enable_merge_whitelist": False, "enable_status_check": False,
             })
-            made += 1
-        if made:
-            self.say(f"  {made} branch namespaces <worker>/** (only their worker pushes there)")
+        if missing:
+            self.say(f"  {len(missing)} branch namespaces <worker>/** (only their worker pushes there)")
+        if CATCH_ALL not in have:
+            self.client.call("POST", path, self.admin, {
+                "rule_name": CATCH_ALL, "enable_push": False, "enable_push_whitelist": False,
+                "enable_force_push": False, "required_approvals": 0, "enable_merge_whitelist": False,
+                "enable_status_check": False,
+            })
+            self.say("  every other branch (**): nobody pushes")
 
     def protect_tags(self) -> None:
         """Every tag protected with nobody allowed: workers cannot push tags."""

@@ -203,8 +203,8 @@ def test_refusals_are_worded_for_the_agent(forge):
 @pytest.mark.security
 def test_gitea_protections_enforce_what_gitea_can(forge, stack, tmp_path):
     """What provisioning asks of Gitea, as the fake enforces it the way Gitea 1.27 does: main in any case,
-    every tag, and each worker's `<worker>/**` namespace; not enforced: branches outside every namespace,
-    and a worker cannot delete its own (protected) branches."""
+    every tag, each worker's `<worker>/**` namespace and nobody on any other branch; what Gitea cannot do:
+    let a worker delete its own (protected) branches."""
     mine = branch_with(forge, "w001", tmp_path, "w001/sec", "sec.txt", "w001\n")
     theirs = branch_with(forge, "w002", tmp_path, "w002/sec", "sec.txt", "w002\n")
 
@@ -215,6 +215,8 @@ def test_gitea_protections_enforce_what_gitea_can(forge, stack, tmp_path):
                       ("refs/heads/w002/new", "Not allowed to push to protected branch w002/new"),
                       ("refs/heads/Main", "Not allowed to push to protected branch Main"),
                       ("refs/heads/MAIN", "Not allowed to push to protected branch MAIN"),
+                      ("refs/heads/W002/sec", "Not allowed to push to protected branch W002/sec"),
+                      ("refs/heads/loose-branch", "Not allowed to push to protected branch loose-branch"),
                       ("refs/tags/v1", "Tag v1 is protected")):
         res = push(mine, "--force", f"HEAD:{ref}")
         assert res.returncode != 0 and says in res.stderr, (ref, res.stderr)
@@ -224,9 +226,8 @@ def test_gitea_protections_enforce_what_gitea_can(forge, stack, tmp_path):
     # Its own namespace: pushes and force-pushes (the sim agent's `push -f`).
     git("commit", "--quiet", "--amend", "-m", "rewritten", cwd=mine)
     assert push(mine, "-f", "HEAD:refs/heads/w001/sec").returncode == 0
-    # Not enforced by Gitea (services/README.md): deleting its own branch, and branches outside every namespace.
+    # Not possible on Gitea (services/README.md): deleting its own branch.
     assert "protected from deletion" in push(mine, ":refs/heads/w001/sec").stderr
-    assert push(mine, "HEAD:refs/heads/loose-branch").returncode == 0
     # The adapter refuses a PR from another worker's branch, as the embedded forge does.
     with pytest.raises(ForgeError, match="branch w002/sec is not yours"):
         forge.pr_create("w001", "w002/sec", "mine now")

@@ -18,16 +18,15 @@ What the server does for git that a bare CGI runner would not:
   `Expect: 100-continue` both work;
 * at most `max_backends` backend processes run at once (many workers cloning
   at the same moment queue instead of forking hundreds of processes);
-* after each push (`POST .../git-receive-pack`) `on_receive_pack(user)` is
-  called, so the forge can pick up what the repository's hooks recorded
-  without waiting for its next API call;
+* after each push (`POST .../git-receive-pack`), before its response ends
+  (so before `git push` returns), `on_receive_pack(user)` is called: the
+  forge picks up what the repository's hooks recorded, as Gitea's hooks do;
 * a push whose body is over `max_push_bytes` is read to its end, dropped,
   and answered in git's own framing (pktline.py), so the pusher sees the
   limit named on its terminal; a push git refused before any hook ran
-  (`receive.fsckObjects`, `receive.maxInputSize`: "unpack" failed) is
-  recognised in git's answer. Both are reported through
-  `on_push_refused(user, [(old, new, ref)], reason)`; refusals by the hooks
-  are the hooks' to record.
+  (fsck, `receive.maxInputSize`: "unpack" failed) is recognised in git's
+  answer, before the response ends. Both go to `on_push_refused(user,
+  [(old, new, ref)], reason)`; the hooks record their own refusals.
 """
 
 from __future__ import annotations
@@ -54,10 +53,6 @@ REALM = "agensh"
 CAPTURE_BYTES = 256 * 1024
 """How much of receive-pack's answer is kept to read its result (the report and messages are small)."""
 Refused = Callable[[str, list[tuple[str, str, str]], str], None]
-
-
-def mib(n: int) -> str:
-    return f"{n / 1048576:.1f} MiB" if n % 1048576 else f"{n // 1048576} MiB"
 
 
 def git_exec_path() -> str:
@@ -264,20 +259,26 @@ class _GitHandler(BaseHTTPRequestHandler):
             proto = self.headers.get("Git-Protocol")
             if proto:
                 env["GIT_PROTOCOL"] = proto
-            head, answer = b"", None
+            head, answer, done = b"", None, []
+
+            def after_push() -> None:  # once, before the response ends: `git push` returns after it
+                if is_push and not done:
+                    done.append(True)
+                    if answer is not None:
+                        self._after_push(user, head, bytes(answer))
+                    if srv.on_receive_pack is not None:
+                        try:
+                            srv.on_receive_pack(user)
+                        except Exception:
+                            log.exception("on_receive_pack callback failed")
+
             if is_push and body is not None:
                 head = body.read(HEAD_BYTES)
                 body.seek(0)
                 answer = bytearray()
             with srv._slots:
-                self._run_backend(env, body, answer)
-            if answer is not None:
-                self._after_push(user, head, bytes(answer))
-            if is_push and srv.on_receive_pack is not None:
-                try:
-                    srv.on_receive_pack(user)
-                except Exception:
-                    log.exception("on_receive_pack callback failed")
+                self._run_backend(env, body, answer, after_push)
+            after_push()  # if the client went away before the end
         finally:
             if body is not None:
                 body.close()
@@ -292,15 +293,12 @@ class _GitHandler(BaseHTTPRequestHandler):
     def _refuse_push(self, user: str, exc: TooLarge) -> None:
         """A push over the size limit: git's answer, written here (git never saw the push)."""
         updates, caps = pktline.push_commands(exc.head)
-        reason = (f"this push is {mib(exc.size)} ({exc.size} bytes): pushes are limited to {mib(exc.limit)} "
-                  f"({exc.limit} bytes) on this forge")
-        message = (f"refused: {reason}.\nPush fewer or smaller files (keep large data and build outputs out of "
-                   "the repository).\nNothing from this push was accepted.")
+        reason, message = pktline.size_refusal(exc.size, exc.limit)
         self._refused(user, updates, reason)
         if not updates or not caps & {"report-status", "report-status-v2"}:
             self._simple(413, message)
             return
-        data = pktline.refusal(updates, caps, message, f"push over the {mib(exc.limit)} limit")
+        data = pktline.refusal(updates, caps, message, f"push over the {pktline.mib(exc.limit)} limit")
         self.send_response(200)
         self.send_header("Content-Type", "application/x-git-receive-pack-result")
         self.send_header("Cache-Control", "no-cache")
@@ -310,14 +308,12 @@ class _GitHandler(BaseHTTPRequestHandler):
 
     def _after_push(self, user: str, head: bytes, answer: bytes) -> None:
         """Report a push git refused before the hooks ran (its objects failed to unpack or check)."""
-        unpack, _refused, lines = pktline.read_result(answer)
-        if unpack is None or unpack == "ok":
-            return
-        said = [line for line in lines if line.startswith(("error:", "fatal:"))]
-        reason = "; ".join(said) if said else f"git could not unpack the push: {unpack}"
-        self._refused(user, pktline.push_commands(head)[0], reason)
+        reason = pktline.unpack_failure(answer)
+        if reason:
+            self._refused(user, pktline.push_commands(head)[0], reason)
 
-    def _run_backend(self, env: dict[str, str], body: IO[bytes] | None, answer: bytearray | None = None) -> None:
+    def _run_backend(self, env: dict[str, str], body: IO[bytes] | None, answer: bytearray | None = None,
+                     before_end: Callable[[], None] | None = None) -> None:
         srv = self.server_ref
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
@@ -329,7 +325,7 @@ class _GitHandler(BaseHTTPRequestHandler):
                 cwd=srv.project_root,
             )
             try:
-                self._relay(proc, answer)
+                self._relay(proc, answer, before_end)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             finally:
@@ -345,9 +341,12 @@ class _GitHandler(BaseHTTPRequestHandler):
             if stderr:
                 log.debug("git http-backend: %s", stderr)
 
-    def _relay(self, proc: subprocess.Popen, answer: bytearray | None = None) -> None:
+    def _relay(self, proc: subprocess.Popen, answer: bytearray | None = None,
+               before_end: Callable[[], None] | None = None) -> None:
         """Turn the CGI response on the backend's stdout into an HTTP response (its body's first
-        CAPTURE_BYTES also into `answer`)."""
+        CAPTURE_BYTES also into `answer`). `before_end()` runs once the backend's body is copied and before
+        the last chunk is sent (receive-pack's answer has no Content-Length, so it is chunked): what it
+        records is there when the client sees the response end."""
         out = proc.stdout
         status = 200
         reason = "OK"
@@ -393,6 +392,8 @@ class _GitHandler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             else:
                 self.wfile.write(data)
+        if before_end is not None:
+            before_end()
         if chunked:
             self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()

@@ -17,6 +17,10 @@ BAND_MAX = {"side-band-64k": 65520, "side-band": 1000}
 """Largest pkt-line (header included) per side-band capability."""
 
 
+def mib(n: int) -> str:
+    return f"{n / 1048576:.1f} MiB" if n % 1048576 else f"{n // 1048576} MiB"
+
+
 def pkt(payload: bytes) -> bytes:
     return b"%04x" % (len(payload) + 4) + payload
 
@@ -99,3 +103,21 @@ def read_result(data: bytes) -> tuple[str | None, dict[str, str], list[str]]:
             refused[ref] = reason
     lines = [s.strip() for s in progress.decode("utf-8", "replace").replace("\r", "\n").split("\n") if s.strip()]
     return unpack, refused, lines
+
+
+def size_refusal(size: int, limit: int) -> tuple[str, str]:
+    """(the reason, for the event log; the message, for the pusher) of a push of `size` bytes over `limit`."""
+    reason = f"this push is {mib(size)} ({size} bytes): pushes are limited to {mib(limit)} ({limit} bytes) on this forge"
+    message = (f"refused: {reason}.\nPush fewer or smaller files (keep large data and build outputs out of "
+               "the repository).\nNothing from this push was accepted.")
+    return reason, message
+
+
+def unpack_failure(answer: bytes) -> str | None:
+    """Why git refused a push before any hook ran (its objects failed to unpack or to pass fsck), in git's
+    words, from receive-pack's answer; None when it unpacked (or the answer cannot be read)."""
+    unpack, _refused, lines = read_result(answer)
+    if unpack is None or unpack == "ok":
+        return None
+    said = [line for line in lines if line.startswith(("error:", "fatal:"))]
+    return "; ".join(said) if said else f"git could not unpack the push: {unpack}"

@@ -53,9 +53,10 @@ class GitRepos:
 
     def _write_push_policy(self, r: dict) -> None:
         """The protections as the hook reads them: branch rules in Gitea's order (plain names first, then
-        globs, each by creation) and the protected tag patterns."""
+        globs, each by priority: a rule created without one gets the next, so by creation) and the protected
+        tag patterns."""
         rules = sorted(r["protections"].values(), key=lambda p: (any(c in p["rule_name"] for c in "*?[{"),
-                                                                 p["created"]))
+                                                                 p.get("priority") or 0, p["created"]))
         policy = {
             "branches": [{
                 "rule": p["rule_name"], "push": bool(p.get("enable_push")),

@@ -144,6 +144,8 @@ class ReposApi:
                 raise ApiError(403, "Branch protection already exist")
             p = {"rule_name": name, "created": time.time(), "updated": time.time(),
                  **{k: data.get(k, v) for k, v in self._PROTECTION_FIELDS.items()}}
+            if not p["priority"]:  # Gitea: a new rule without one comes after every other
+                p["priority"] = max((q["priority"] for q in r["protections"].values()), default=0) + 1
             r["protections"][name] = p
             self._write_push_policy(r)
             return 201, self._protection_json(p)
@@ -159,4 +161,8 @@ class ReposApi:
             p["updated"] = time.time()
             self._write_push_policy(r)
             return 200, self._protection_json(p)
+        if method == "DELETE":
+            del r["protections"][p["rule_name"]]
+            self._write_push_policy(r)
+            return 204, None
         raise ApiError(404, "")

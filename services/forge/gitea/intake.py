@@ -202,8 +202,8 @@ class WebhookIntake:
             except h11.RemoteProtocolError as exc:
                 raise _Reply(400, f"bad HTTP request: {exc}") from None
             if event is h11.NEED_DATA:
-                if conn.they_are_waiting_for_100_continue:
-                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                if conn.they_are_waiting_for_100_continue:  # once: sending it clears the flag
+                    writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
                 conn.receive_data(await reader.read(65536))
                 continue
             if isinstance(event, h11.Request):
