@@ -228,6 +228,34 @@ def test_a_worker_cannot_touch_another_workers_branches(forge, victim, attacker,
     assert_healthy(forge, tmp_path, before)
 
 
+def test_a_spoofed_commit_author_gains_nothing(forge, victim, attacker, tmp_path):
+    """w001 commits as w002 (`git commit --author`): the forge goes by the credentials that pushed and by the
+    worker that calls its tools, never by what a commit says about itself."""
+    before = refs(forge)
+    (attacker / "spoof.txt").write_text("w001 pretending\n")
+    git("add", "spoof.txt", cwd=attacker)
+    git("commit", "--quiet", "--author", "w002 <w002@agensh.invalid>", "-m", "w002's work, honestly", cwd=attacker)
+    assert git("log", "-1", "--format=%an", cwd=attacker).stdout.strip() == "w002"
+
+    assert_refused(push(attacker, "HEAD:refs/heads/w002/spoof"), "w002/spoof is not yours")
+    assert refs(forge) == before
+    [event] = rejected(forge)
+    assert (event.actor, event.ref) == ("w001", "refs/heads/w002/spoof")
+
+    # In its own namespace the push is w001's, whatever the commit says, and so is the PR.
+    push_branch(attacker, "w001/spoof")
+    [pushed] = [e for e in forge.events_since(0) if e.kind == "push" and e.ref == "refs/heads/w001/spoof"]
+    assert pushed.actor == "w001"
+    with pytest.raises(ForgeError, match="branch w001/spoof is not yours"):
+        forge.pr_create("w002", "w001/spoof", "w002's PR, honestly")
+    pr = forge.pr_create("w001", "w001/spoof", "spoofed author")
+    merged = forge.pr_merge(pr.number, "w003")
+    assert (merged.author, merged.merged_by) == ("w001", "w003")
+    [event] = [e for e in forge.events_since(0) if e.kind == "pr_merged"]
+    assert (event.pr, event.actor, event.notify) == (pr.number, "w003", ["w001"])
+    assert_healthy(forge, tmp_path, before)
+
+
 @pytest.mark.parametrize("ref, says", [
     ("refs/heads/main", PROTECTION_MESSAGE),
     ("refs/heads/Main", "'Main' names main"),
