@@ -217,7 +217,7 @@ def test_deep_nesting_gets_400_not_a_dropped_connection(quick_intake, depth):
     body = b'{"ref": "refs/heads/x", "extra": ' + b"[" * depth + b"]" * depth + b"}"
     r = post_signed(it, "push", body, delivery="deep")
     assert r.status_code == 400 and "nests deeper than 32 levels" in r.text
-    assert log.since(0) == []
+    assert log.since(0) == [] and "nests deeper than 32 levels" in rejected[0]
     assert send(it, "pull_request", pr_payload("opened")).status_code == 200, "the intake still serves"
 
 

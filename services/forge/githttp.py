@@ -59,7 +59,7 @@ def git_exec_path() -> str:
     """The `git` executable to run (`git http-backend` is a git subcommand)."""
     git = shutil.which("git")
     if git is None:
-        raise RuntimeError("git is not installed (need git >= 2.32 on PATH)")
+        raise RuntimeError("git is not installed (need git >= 2.38 on PATH: merges use `git merge-tree --write-tree`)")
     return git
 
 

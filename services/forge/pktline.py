@@ -107,7 +107,8 @@ def read_result(data: bytes) -> tuple[str | None, dict[str, str], list[str]]:
 
 def size_refusal(size: int, limit: int) -> tuple[str, str]:
     """(the reason, for the event log; the message, for the pusher) of a push of `size` bytes over `limit`."""
-    reason = f"this push is {mib(size)} ({size} bytes): pushes are limited to {mib(limit)} ({limit} bytes) on this forge"
+    reason = (f"this push is {mib(size)} ({size} bytes): pushes are limited to {mib(limit)} ({limit} bytes) "
+              "on this forge")
     message = (f"refused: {reason}.\nPush fewer or smaller files (keep large data and build outputs out of "
                "the repository).\nNothing from this push was accepted.")
     return reason, message

@@ -45,8 +45,9 @@ Design choices:
   (user = REMOTE_USER, which the HTTP server sets from the Basic-auth
   login) to hook-events.jsonl; the pre-receive hook does the same for each
   ref of a push it refuses, with the reason. The forge folds new lines into its event log at the
-  end of every push (callback from the HTTP server) and at the start of every
-  API call, so a push is always in the log before anything that follows it.
+  end of every push, before `git push` returns (callback from the HTTP
+  server), and at the start of every API call, so a push is always in the
+  log before anything that follows it.
   The byte offset reached in hook-events.jsonl is stored with each folded
   event, so a restart neither loses nor repeats one.
 * **Nothing to merge.** Merging a PR whose head has no commits beyond its base

@@ -74,7 +74,8 @@ def ref_problem(user: str, ref: str, admins: list, protected: str, message: str)
                 f"(git push origin HEAD:refs/heads/{user}/<topic>)")
     branch = ref[len(HEADS):]
     if names_protected(branch, protected):
-        spelled = "" if branch == protected else f" ({branch!r} names {protected}: branch names are compared ignoring case)"
+        spelled = ("" if branch == protected
+                   else f" ({branch!r} names {protected}: branch names are compared ignoring case)")
         return f"{ref}: {message}{spelled}"
     if user in admins or branch.startswith(user + "/"):
         return None

@@ -98,6 +98,7 @@ def parse(body: bytes, event_type: str = "") -> Payload:
         raise BadWebhook(f"{where}: {err['msg']}") from None
     if event_type == "push" and not payload.ref:
         raise BadWebhook("a push event without `ref`")
-    if event_type.startswith("pull_request") and payload.pull_request is not None and payload.pull_request.number is None:
+    pr = payload.pull_request
+    if event_type.startswith("pull_request") and pr is not None and pr.number is None:
         raise BadWebhook(f"a {event_type} event whose pull_request has no `number`")
     return payload
