@@ -11,9 +11,12 @@ worker's own credentials.)"""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +25,8 @@ import pytest
 from agensh_ray.errors import ForgeError
 from agensh_ray.services.forge.embedded import PROTECTION_MESSAGE, EmbeddedForge
 from agensh_ray.services.forge.embedded.hooks import PushLimits
+from agensh_ray.services.forge.githttp import GitHTTPServer
+from tests.support import wait_for
 from tests.test_forge_embedded import clone, commit_file, git, make_starter, push_branch
 
 pytestmark = pytest.mark.security
@@ -279,6 +284,36 @@ def test_the_admin_account_may_push_any_branch_but_main(forge, tmp_path):
     assert push(repo, "HEAD:refs/heads/release/x").returncode == 0
     assert_refused(push(repo, "HEAD:refs/heads/Main"), "names main")
     assert_refused(push(repo, "HEAD:refs/tags/v1"), "tags are refused")
+
+
+def test_connections_that_send_nothing_are_closed(forge, tmp_path):
+    """A worker opening connections to the forge's git HTTP and sending nothing (or half a push) holds no
+    thread past the idle timeout (300 s in a run; 1 s here)."""
+    srv = GitHTTPServer(forge.root, forge._authenticate, repos=("repo.git",), idle_timeout_s=1.0)
+    srv.start()
+    held = []
+    try:
+        threads = threading.active_count()
+        auth = base64.b64encode(f"w001:{forge.add_user('w001')}".encode()).decode()
+        for i in range(20):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+            if i % 2:  # headers that never end
+                s.sendall(b"POST /repo.git/git-receive-pack HTTP/1.1\r\nHost: x\r\n")
+            else:  # a push body that stops
+                s.sendall(b"POST /repo.git/git-receive-pack HTTP/1.1\r\nHost: x\r\nAuthorization: Basic "
+                          + auth.encode() + b"\r\nContent-Length: 1000\r\n\r\n0000")
+            held.append(s)
+        for s in held:
+            try:
+                assert s.recv(4096) == b"", "the server answered instead of closing"
+            except ConnectionResetError:
+                pass
+        wait_for(lambda: threading.active_count() <= threads, 30, "the handler threads to end")
+    finally:
+        for s in held:
+            s.close()
+        srv.close()
+    clone(forge, "w003", tmp_path / "still-serving")
 
 
 # ============================================================================ crafted trees

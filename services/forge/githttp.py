@@ -8,11 +8,11 @@ token `EmbeddedForge.add_user` returned.
 
 What the server does for git that a bare CGI runner would not:
 
-* request bodies sent with `Transfer-Encoding: chunked` (git does that for
-  pushes larger than `http.postBuffer`) are de-chunked, and bodies sent with
-  `Content-Encoding: gzip` (git gzips large fetch negotiations) are inflated,
-  so `git http-backend` always sees a plain body with an exact
-  CONTENT_LENGTH (http_body.py);
+* chunked request bodies (pushes over `http.postBuffer`) are de-chunked and
+  gzip ones (large fetch negotiations) inflated: `git http-backend` always
+  sees a plain body with an exact CONTENT_LENGTH (http_body.py);
+* a connection idle for IDLE_TIMEOUT_S (no byte read or written) is closed:
+  a client cannot hold a thread by sending nothing;
 * the backend's output is streamed back; when the backend does not give a
   Content-Length the response is sent chunked, so HTTP/1.1 keep-alive and
   `Expect: 100-continue` both work;
@@ -50,6 +50,7 @@ from agensh_ray.services.http_thread import serve_in_thread
 log = logging.getLogger(__name__)
 
 REALM = "agensh"
+IDLE_TIMEOUT_S = 300.0
 CAPTURE_BYTES = 256 * 1024
 """How much of receive-pack's answer is kept to read its result (the report and messages are small)."""
 Refused = Callable[[str, list[tuple[str, str, str]], str], None]
@@ -59,7 +60,8 @@ def git_exec_path() -> str:
     """The `git` executable to run (`git http-backend` is a git subcommand)."""
     git = shutil.which("git")
     if git is None:
-        raise RuntimeError("git is not installed (need git >= 2.38 on PATH: merges use `git merge-tree --write-tree`)")
+        raise RuntimeError("git is not installed (need git >= 2.38 on PATH: merges use "
+                           "`git merge-tree --write-tree`)")
     return git
 
 
@@ -78,6 +80,7 @@ class GitHTTPServer:
         extra_env: dict[str, str] | None = None,
         max_push_bytes: int | None = None,
         on_push_refused: Refused | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ):
         self.project_root = Path(project_root).resolve()
         self.authenticate = authenticate
@@ -86,6 +89,7 @@ class GitHTTPServer:
         self.on_receive_pack = on_receive_pack
         self.max_push_bytes = max_push_bytes or MAX_BODY
         self.on_push_refused = on_push_refused
+        self.idle_timeout_s = idle_timeout_s
         self._requested_port = port
         self._slots = threading.BoundedSemaphore(max_backends)
         self._git = git_exec_path()
@@ -97,18 +101,10 @@ class GitHTTPServer:
     @staticmethod
     def _make_env(extra: dict[str, str]) -> dict[str, str]:
         """A CGI environment that does not depend on the caller's git setup."""
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "HOME": os.environ.get("HOME", "/"),
-            "LANG": "C",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_HTTP_EXPORT_ALL": "1",
-            "GATEWAY_INTERFACE": "CGI/1.1",
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "SERVER_SOFTWARE": "agensh-forge",
-        }
+        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
+               "LANG": "C", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
+               "GIT_HTTP_EXPORT_ALL": "1", "GATEWAY_INTERFACE": "CGI/1.1", "SERVER_PROTOCOL": "HTTP/1.1",
+               "SERVER_SOFTWARE": "agensh-forge"}
         env.update(extra)
         return env
 
@@ -155,6 +151,7 @@ class GitHTTPServer:
 
         class Handler(_GitHandler):
             server_ref = outer
+            timeout = outer.idle_timeout_s  # per socket operation (socketserver sets it on the connection)
 
         return Handler
 
@@ -237,6 +234,9 @@ class _GitHandler(BaseHTTPRequestHandler):
             return
         except BadRequest as exc:
             self._simple(400, f"bad request: {exc}")
+            return
+        except TimeoutError:  # the client stopped sending its body
+            self.close_connection = True
             return
         try:
             env = dict(srv._base_env)
