@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from agensh_ray.errors import ForgeError
-from agensh_ray.services.forge.embedded import PROTECTION_MESSAGE, EmbeddedForge
+from agensh_ray.services.forge.embedded import PROTECTION_MESSAGE, EmbeddedForge, tokens
 from agensh_ray.services.forge.embedded.hooks import PushLimits
 from agensh_ray.services.forge.githttp import GitHTTPServer
 from tests.support import wait_for
@@ -103,12 +103,16 @@ def crafted_commit(repo: Path, tree: dict, message: str = "crafted") -> str:
     return git("commit-tree", make(tree), "-p", "HEAD", "-m", message, cwd=repo).stdout.strip()
 
 
-def assert_healthy(forge: EmbeddedForge, tmp_path: Path, before: dict[str, str], victim_pr: int | None = None) -> None:
-    """Every ref but w001's and the merges is as it was, a normal PR merges, and no token is in any file."""
+def assert_healthy(forge: EmbeddedForge, tmp_path: Path, before: dict[str, str]) -> None:
+    """Every ref but w001's and the merges is as it was, every worker's token still works (and is the one the
+    run's key made), a normal PR merges, and no token is in any file."""
     after = refs(forge)
     for ref, sha in before.items():
         if not ref.startswith("refs/heads/w001/") and ref != "refs/heads/main":
             assert after.get(ref) == sha, f"{ref} changed"
+    for w in (*WORKERS, "admin"):
+        assert forge._authenticate(w, tokens.derive(tokens.as_key(KEY), w)), f"{w}'s token stopped working"
+    assert git("ls-remote", "--heads", forge.clone_url("w002"), cwd=tmp_path).stdout.count("refs/heads/") >= 1
     repo = clone(forge, "w003", tmp_path / f"w003-{time.monotonic_ns()}")
     git("checkout", "--quiet", "-b", "w003/ok", cwd=repo)
     commit_file(repo, f"ok-{time.monotonic_ns()}.txt", "fine\n", "a normal change")
