@@ -1,6 +1,9 @@
-"""A hostile worker against the embedded forge (issue 12), through the path an
-agent has: git over the forge's HTTP with its OWN clone URL (w001's
-credentials), and the forge's tools as its worker id. Each attack is refused
+"""One subject: a hostile worker against the embedded forge (issue 12), every
+attack and its refusal in one place (split, the shared fixtures and checks
+would be repeated). Through the path an agent has: git over the forge's HTTP
+with its OWN clone URL (w001's credentials), and the forge's tools as its
+worker id (tests/test_security_agent_forge.py makes them from a real agent's
+terminal and MCP tools). Each attack is refused
 with a message that says why, is recorded as a `push_rejected` event, and
 leaves the forge healthy: a normal PR merges, every other worker's branches
 are untouched, and no token can be read from the forge's files.
