@@ -1,14 +1,15 @@
 """The board as a Ray actor, and `BoardHandle`, the facade everyone else uses.
 
 Only the Ray edge lives here: `BoardActor` is `agensh_ray.board.BoardService` under `ray.remote`
-(group commit, long poll, sliced grep: see there), and `BoardHandle` is `agensh_ray.board.BoardClient`
+(group commit, long poll, grep in a thread: see there), and `BoardHandle` is `agensh_ray.board.BoardClient`
 over the actor handle (write coalescing, the recent-view copy, request ids: see there) plus the
 blocking methods plain code uses, and pickling.
 
 The actor is detached, named, `max_restarts=-1` and `max_task_retries=-1`: if its process dies, Ray
 restarts it (the constructor reloads the log) and re-sends the calls that were in flight. The
 facade gives every write a `request_id` if it has none, so a re-sent write returns the entry that was
-already written instead of writing it twice.
+already written instead of writing it twice. `grep` alone is never re-sent (`@ray.method
+(max_task_retries=0)`): its caller is told the search was lost, and may ask again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 
 from agensh_ray.actors.proxy import AsyncProxy
 from agensh_ray.board import BoardClient, BoardLimits, BoardService
@@ -42,6 +44,19 @@ class BoardActor(BoardService):
         # process: out of the collector's sight, a full collection walks only what came later
         # (measured: full-collection pauses of ~30 ms under write load without this).
         gc.freeze()
+
+    @ray.method(max_task_retries=0)
+    async def grep(
+        self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
+    ) -> list[BoardEntry] | BoardError:
+        """Never re-sent (unlike every other call): a board restarted mid-search must not run the search
+        again, in case the search is what brought it down; the caller gets `SEARCH_LOST` instead."""
+        return await BoardService.grep(self, pattern, regex, limit, type)
+
+
+SEARCH_LOST = ("the board restarted while it ran this search, and a search is not run again on its own: "
+               "call board_grep again if you still need it")
+"""The refusal a grep gets when the board died under it (the call is not retried, see `BoardActor.grep`)."""
 
 
 class BoardHandle(BoardClient):
@@ -91,7 +106,18 @@ class BoardHandle(BoardClient):
         return as_entries(ray.get(self.actor.wait_since_rows.remote(cursor, timeout_s, limit)))
 
     def grep(self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None) -> list[BoardEntry]:
-        return raise_if_error(ray.get(self.actor.grep.remote(pattern, regex, limit, type)))
+        try:
+            return raise_if_error(ray.get(self.actor.grep.remote(pattern, regex, limit, type)))
+        except RayActorError:
+            raise BoardError(SEARCH_LOST) from None
+
+    async def agrep(
+        self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
+    ) -> list[BoardEntry]:
+        try:
+            return await super().agrep(pattern, regex, limit, type)
+        except RayActorError:
+            raise BoardError(SEARCH_LOST) from None
 
     def unfold(self, seq: int) -> BoardEntry:
         return raise_if_error(ray.get(self.actor.unfold.remote(seq)))

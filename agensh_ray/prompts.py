@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import cache
 
 from agensh_ray.paths import PROMPTS_DIR
+from agensh_ray.render import MARKERS
 
 
 @cache
@@ -14,8 +15,8 @@ def _text(name: str) -> str:
 
 
 def worker(worker_id: str, workers: int) -> str:
-    """The worker prompt: the same for everyone but the worker id."""
-    return _text("worker").format(worker_id=worker_id, workers=workers)
+    """The worker prompt: the same for everyone but the worker id (with what marks a worker's text)."""
+    return _text("worker").format(worker_id=worker_id, workers=workers, markers=MARKERS)
 
 
 def nudge() -> str:

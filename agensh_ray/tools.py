@@ -20,7 +20,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 
 from agensh_ray.errors import ToolFailure
-from agensh_ray.render import fmt_entry, fmt_message, fmt_pr
+from agensh_ray.render import MARKERS, fmt_entry, fmt_error, fmt_message, fmt_pr, fmt_unfold
 from agensh_ray.seams import Infra
 
 log = logging.getLogger(__name__)
@@ -28,10 +28,16 @@ log = logging.getLogger(__name__)
 
 def build_server(infra: Infra) -> MCPServer:
     """The MCP server with every infra tool; the worker comes from the request scope."""
-    server = MCPServer("agensh-infra", instructions="Board, chat and forge tools shared by every worker of the run.")
+    server = MCPServer("agensh-infra",
+                       instructions=f"Board, chat and forge tools shared by every worker of the run. {MARKERS}")
 
-    def tool(fn: Callable[..., Awaitable[str]]) -> None:
+    def tool(fn: Callable[..., Awaitable[str]] | None = None, *, shows_workers_text: bool = False):
+        """Register `fn` as a tool; `shows_workers_text`: its description also says how a worker's text
+        is marked in its result."""
+        if fn is None:
+            return lambda f: tool(f, shows_workers_text=shows_workers_text)
         name = fn.__name__
+        description = f"{fn.__doc__} {MARKERS}" if shows_workers_text else fn.__doc__
 
         async def wrapper(ctx: Context, **kwargs) -> str:
             worker = _worker_of(ctx)
@@ -41,7 +47,7 @@ def build_server(infra: Infra) -> MCPServer:
                 text = await fn(worker, **kwargs)
             except ToolFailure as exc:
                 error = str(exc)
-                text = f"ERROR: {exc}"
+                text = fmt_error(exc)
             except Exception as exc:  # an infra fault must not look like success, nor kill the server
                 log.exception("tool %s failed for %s", name, worker)
                 error = f"{type(exc).__name__}: {exc}"
@@ -62,32 +68,35 @@ def build_server(infra: Infra) -> MCPServer:
         wrapper.__name__ = name
         wrapper.__doc__ = fn.__doc__
         wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, "ctx": Context, "return": str}
-        server.add_tool(wrapper, name=name, description=fn.__doc__, structured_output=False)
+        server.add_tool(wrapper, name=name, description=description, structured_output=False)
 
     @tool
     async def board_write(worker: str, type: str, text: str, detail: str | None = None) -> str:
         """Add an entry to the shared board. type: OBSERVED (something you noticed), FACT (verified), FAIL
         (something that failed, so nobody repeats it), CLAIM (the sub-task you take, <= 100 chars),
-        PATCH_SUMMARY (what your merged PR did, <= 300 chars). Other types: text <= 100 chars. Put longer
-        material in detail."""
+        PATCH_SUMMARY (what your merged PR did, <= 300 chars). Other types: text <= 100 chars. text is one
+        line (no line breaks or control characters); put longer material, on as many lines as you like,
+        in detail."""
         e = await infra.board_write(worker, type, text, detail)
         return f"written: {fmt_entry(e)}"
 
-    @tool
+    @tool(shows_workers_text=True)
     async def board_read(worker: str, limit: int = 200) -> str:
-        """The recent board (newest last): claims, facts, failures and patch summaries of every worker."""
+        """The recent board (newest last): claims, facts, failures and patch summaries of every worker.
+        limit: 1 to 2000 entries."""
         entries = await infra.board_read(worker, limit)
         return "\n".join(fmt_entry(e) for e in entries) or "(the board is empty)"
 
-    @tool
+    @tool(shows_workers_text=True)
     async def board_unfold(worker: str, seq: int) -> str:
-        """The full entry with its detail."""
-        e = await infra.board_unfold(worker, seq)
-        return fmt_entry(e) + ("\n" + e.detail if e.detail else "\n(no detail)")
+        """The full entry with its detail (seq: the entry's number, #seq on the board)."""
+        return fmt_unfold(await infra.board_unfold(worker, seq))
 
-    @tool
+    @tool(shows_workers_text=True)
     async def board_grep(worker: str, pattern: str, regex: bool = True, limit: int = 50) -> str:
-        """Search the full board history (text and detail, case-insensitive), newest first."""
+        """Search the full board history (text and detail, case-insensitive), newest first. pattern: a
+        regular expression in RE2 syntax (no lookarounds or backreferences), or a plain substring with
+        regex=false. limit: 1 to 500 entries."""
         entries = await infra.board_grep(worker, pattern, regex, limit)
         return "\n".join(fmt_entry(e) for e in entries) or f"(no entry matches {pattern!r})"
 
@@ -103,9 +112,9 @@ def build_server(infra: Infra) -> MCPServer:
         m = await infra.channel_post(worker, text)
         return f"posted: {fmt_message(m)}"
 
-    @tool
+    @tool(shows_workers_text=True)
     async def read_messages(worker: str, limit: int = 30) -> str:
-        """Recent channel posts and your direct messages."""
+        """Recent channel posts and your direct messages (limit: 1 to 1000 messages)."""
         msgs = await infra.read_messages(worker, limit)
         return "\n".join(fmt_message(m) for m in msgs) or "(no messages)"
 
@@ -115,13 +124,13 @@ def build_server(infra: Infra) -> MCPServer:
         pr = await infra.pr_create(worker, head, title, body)
         return f"opened: {fmt_pr(pr)}"
 
-    @tool
+    @tool(shows_workers_text=True)
     async def pr_list(worker: str, state: str = "open") -> str:
         """Pull requests by state: open, merged, closed or all."""
         prs = await infra.pr_list(worker, state)
         return "\n".join(fmt_pr(p) for p in prs) or f"(no {state} pull requests)"
 
-    @tool
+    @tool(shows_workers_text=True)
     async def pr_view(worker: str, number: int) -> str:
         """One pull request with its reviews, comments, files and diff."""
         return fmt_pr(await infra.pr_view(worker, number), long=True)

@@ -41,14 +41,15 @@ class RunAnswers:
         return self.answers["run"].one()
 
 
-def analyse(run_dir: Path, prices: Path | None = None, memory_limit: str | None = None) -> RunAnswers:
-    """Every question file over one run."""
+def analyse(run_dir: Path, prices: Path | None = None, memory_limit: str | None = None,
+            milestones: list[float] | None = None) -> RunAnswers:
+    """Every question file over one run (milestones: fractions of the hidden tests, default 25/50/75/90%)."""
     t0 = time.perf_counter()
     files = sum(1 for _ in (run_dir / "trace").glob("*/*.parquet"))
     if files > MANY_FILES:
         print(f"note: {run_dir} has {files:,} trace files; every scan pays per file, so "
               f"`python -m agensh_ray.analysis.compact {run_dir}` first makes this report much faster", file=sys.stderr)
-    con = connect(run_dir, prices=prices)
+    con = connect(run_dir, prices=prices, milestones=milestones)
     if memory_limit:
         con.execute(f"SET memory_limit = '{memory_limit}'")
     con.execute("SET preserve_insertion_order = false")

@@ -1,24 +1,30 @@
 -- Claims: colliding claims. One row per CLAIM that collides with an earlier, still-live claim
 -- by another worker.
--- What a claim is about (its keys): the path-like tokens of its text (a/b/c, name.ext),
--- lower-cased; a claim with none has its whole text (lower-cased, spaces collapsed) as its key.
--- Two claims collide when they share a key, come from different workers, and the later one is
+-- What a claim is about (its keys): the path-like tokens of its text, lower-cased: runs of letters
+-- and digits of any script, `_ . / -`, trailing `. / -` dropped, that hold a `/` (a/b/c) or look like
+-- name.ext (`docs/naïve.md` is one key, not `docs/na` + `ve.md`); a claim with none has its whole
+-- text (lower-cased, spaces collapsed) as its key.
+-- Two claims collide when they share a key, come from two known workers (a claim whose row has no
+-- worker collides with none), and the later one is
 -- at most window_s schedule seconds after the earlier (default 3600 = the board's claim TTL,
 -- after which the recent view hides a claim). Each colliding claim is paired with the latest such
 -- earlier claim; `shared` lists the keys they share; settled_by_dm: the two workers exchanged a
 -- DM (either way) within window_s after the later claim, as the prompt asks them to.
 WITH params AS (SELECT 3600.0 AS window_s),
-c AS (
-    SELECT seq, ts, worker_id, text,
-           list_distinct(regexp_extract_all(lower(text),
-               '[a-z0-9_.\-]+/[a-z0-9_./\-]*[a-z0-9_\-]|[a-z0-9_\-]+\.[a-z][a-z0-9]{0,4}\b')) AS paths
-    FROM board WHERE type = 'CLAIM'
+c AS (SELECT seq, ts, worker_id, text FROM board WHERE type = 'CLAIM'),
+tok AS (
+    SELECT seq, regexp_replace(unnest(regexp_extract_all(lower(text), '[\p{L}\p{N}_./\-]+')), '[./\-]+$', '') AS key
+    FROM c
+),
+pk AS (
+    SELECT DISTINCT seq, key FROM tok
+    WHERE contains(key, '/') OR regexp_full_match(key, '[\p{L}\p{N}_\-]+\.\p{L}[\p{L}\p{N}]{0,4}')
 ),
 k AS (
-    SELECT seq, ts, worker_id, text,
-           unnest(CASE WHEN len(paths) > 0 THEN paths
-                       ELSE [regexp_replace(lower(trim(text)), '\s+', ' ', 'g')] END) AS key
-    FROM c
+    SELECT c.seq, c.ts, c.worker_id, c.text, pk.key FROM c JOIN pk USING (seq)
+    UNION ALL
+    SELECT seq, ts, worker_id, text, regexp_replace(lower(trim(text)), '\s+', ' ', 'g') FROM c
+    WHERE seq NOT IN (SELECT seq FROM pk)
 ),
 pairs AS (
     SELECT b.seq, b.ts, b.worker_id, b.text, a.seq AS earlier_seq, a.worker_id AS earlier_worker, a.ts AS earlier_ts,

@@ -1,4 +1,5 @@
--- Idle: per worker, how long it sat idle, and the nudges and share-findings prompts it got.
+-- Idle: per worker of the run (view roster: one that never started has a row of zeros), how long
+-- it sat idle, and the nudges and share-findings prompts it got.
 -- up_s: time its agent was up (lifecycle started/restarted -> next crashed/stopped/gave_up,
 -- else the run's end); busy_s: time in turns (turn start -> its end; a turn with no end row ends
 -- at the next down event or the run's end); idle_s: up time outside turns; longest_idle_s: the
@@ -6,7 +7,7 @@
 -- nudges / share_findings_prompts: deliveries of kind nudge / share_findings (the router sends a
 -- nudge after 10 schedule minutes without a turn, a share-findings prompt when a turn ended with
 -- no board write); nudged_turns: turns whose trigger was a nudge.
-WITH ids AS (SELECT worker_id FROM lifecycle UNION SELECT worker_id FROM turns),
+WITH ids AS (SELECT worker_id FROM roster),
 ups AS (
     SELECT worker_id, ts, lead(ts) OVER (PARTITION BY worker_id ORDER BY ts) AS next_up
     FROM lifecycle WHERE event IN ('started', 'restarted')

@@ -1,6 +1,8 @@
--- Merges: the PR funnel and how PRs got merged.
--- One row. opened -> merged | closed_unmerged | open_at_end (still open at the run's end, or now
--- for a live run); merged_by_author vs merged_by_peer (the merger is not the PR's author);
+-- Merges: the PR funnel and how PRs got merged. One row, from view prs (one row per PR: its author is
+-- whoever opened it, its merger the actor of its first merge).
+-- opened -> merged | closed_unmerged | open_at_end (still open at the run's end, or now for a live
+-- run); merged_by_author vs merged_by_peer (the merger is not the PR's author); merged_unattributed:
+-- merged, but the merger or the author is unknown (a row without an actor), so neither;
 -- merged_without_review: merged with no review by anyone but the author (forge kind pr_reviewed);
 -- merged_without_approval: no `approve` review; merge_conflicts: merge_conflict events,
 -- prs_with_conflicts: PRs that hit at least one, conflicted_then_merged: of those, merged later;
@@ -15,7 +17,8 @@ SELECT
     count(*) FILTER (WHERE state = 'closed') AS closed_unmerged,
     count(*) FILTER (WHERE state = 'open') AS open_at_end,
     count(*) FILTER (WHERE state = 'merged' AND merged_by = author) AS merged_by_author,
-    count(*) FILTER (WHERE state = 'merged' AND merged_by IS DISTINCT FROM author) AS merged_by_peer,
+    count(*) FILTER (WHERE state = 'merged' AND merged_by <> author) AS merged_by_peer,
+    count(*) FILTER (WHERE state = 'merged' AND (merged_by IS NULL OR author IS NULL)) AS merged_unattributed,
     count(*) FILTER (WHERE state = 'merged' AND reviews = 0) AS merged_without_review,
     count(*) FILTER (WHERE state = 'merged' AND approvals = 0) AS merged_without_approval,
     CAST(coalesce(sum(conflicts), 0) AS BIGINT) AS merge_conflicts,

@@ -2,8 +2,8 @@
 -- dms, channel_posts: messages of each kind; dm_senders / dm_recipients: distinct workers;
 -- dm_edges: distinct (sender -> recipient) pairs; reciprocal_pairs: unordered pairs with DMs
 -- both ways; max_out_degree / max_in_degree: most distinct recipients one worker wrote to /
--- senders one worker heard from; workers_without_dm: workers (view `workers`) that neither sent
--- nor received a DM. dm_edges.sql lists the edges.
+-- senders one worker heard from; workers_without_dm: the run's workers (view roster, started or
+-- not) that neither sent nor received a DM. dm_edges.sql lists the edges.
 WITH dm AS (SELECT sender, recipient FROM messages WHERE kind = 'dm'),
 e AS (SELECT DISTINCT sender, recipient FROM dm),
 touched AS (SELECT sender AS w FROM dm UNION SELECT recipient FROM dm)
@@ -17,5 +17,5 @@ SELECT
         AS reciprocal_pairs,
     coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM e GROUP BY sender)), 0) AS max_out_degree,
     coalesce((SELECT max(n) FROM (SELECT count(*) AS n FROM e GROUP BY recipient)), 0) AS max_in_degree,
-    (SELECT count(*) FROM workers WHERE worker_id NOT IN (SELECT w FROM touched WHERE w IS NOT NULL))
+    (SELECT count(*) FROM roster WHERE worker_id NOT IN (SELECT w FROM touched WHERE w IS NOT NULL))
         AS workers_without_dm;

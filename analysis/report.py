@@ -1,10 +1,10 @@
 """A report on one or more runs: every question file (analysis/*.sql) run over each
-run's trace, as a self-contained HTML page (plots embedded) and a Markdown file
-(plots as PNG files beside it), plus each answer as CSV. Given several runs, it
-also puts them side by side: final score and time to 30%/50% against worker
-count (the paper's figures 5 and 6).
+run's trace, as one self-contained HTML page (plots embedded, a table of contents) and
+a Markdown file (plots as PNG files beside it), plus each answer as CSV. Given several
+runs, it also puts them side by side: final score and time to each score milestone
+against worker count (the paper's figures 5 and 6).
 
-    python -m agensh_ray.analysis.report runs/A runs/B --out report/
+    python -m agensh_ray.analysis.report runs/A runs/B --out report/ [--milestones 25,50,75,90]
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 
 from agensh_ray.analysis.answers import Answer, RunAnswers, analyse
-from agensh_ray.analysis.doc import Doc, fmt, hours, money, pct
+from agensh_ray.analysis.columns import duration, fmt, money, pct
+from agensh_ray.analysis.doc import Doc
 from agensh_ray.analysis.plots import (
+    ROLE_ORDER,
     plot_cost,
     plot_dm_graph,
     plot_funnel,
@@ -24,83 +26,196 @@ from agensh_ray.analysis.plots import (
     plot_scores,
     plot_side_by_side,
 )
+from agensh_ray.analysis.views import parse_percents
 
 __all__ = ["analyse", "build", "main", "write_report"]
 
+ROLES_ALL = 40
+"""Up to this many workers the roles table lists every one; above, the most active (the per-role table
+and the CSV hold them all)."""
 
-def summary_row(r: RunAnswers) -> list[str]:
-    run, ms, m = r.run, r.answers["score_milestones"].one(), r.answers["merges"].one()
-    total = next((c for c in r.answers["cost"].dicts() if c["level"] == "run"), {})
-    return [r.label, fmt(run["harness"]), fmt(run["workers"]), hours(run["duration_s"]), pct(ms["final_pass_rate"]),
-            hours(ms["time_to_30_s"]), hours(ms["time_to_50_s"]), fmt(m["opened"]), fmt(m["merged"]),
-            fmt(m["merge_conflicts"]), money(total.get("cost_usd"))]
+BASIS_MARK = {"agent-reported": " †", "mixed": " ‡"}
 
 
-SUMMARY_COLS = ["run", "harness", "workers", "duration", "final score", "time to 30%", "time to 50%",
-                "PRs opened", "PRs merged", "merge conflicts", "cost"]
+def levels(runs: list[RunAnswers]) -> list[float]:
+    """The score milestones of these runs (the same setting for all)."""
+    return sorted({m["milestone"] for r in runs for m in r.answers["score_milestones"].dicts()})
+
+
+def run_cost(r: RunAnswers) -> dict:
+    return next((c for c in r.answers["cost"].dicts() if c["level"] == "run"), {})
+
+
+def cost_text(c: dict) -> str:
+    """Cost as shown: one money format; a mark when it is not priced tokens (see cost_notes)."""
+    if c.get("cost_basis") in (None, "none"):
+        return "none recorded"
+    return money(c.get("cost_usd")) + BASIS_MARK.get(c["cost_basis"], "")
+
+
+def cost_notes(doc: Doc, runs: list[RunAnswers]) -> None:
+    by_basis: dict[str, list[str]] = {}
+    for r in runs:
+        by_basis.setdefault(run_cost(r).get("cost_basis") or "none", []).append(
+            f"{r.label} (harness {fmt(r.run['harness'])})")
+    if "agent-reported" in by_basis:
+        doc.p("† Agent-reported cost: the price table has no row for the harness of "
+              f"{', '.join(by_basis['agent-reported'])}, so this is what the agents reported, not their tokens "
+              "priced; it is not comparable with priced runs. Add a row to the price table (`--prices`) to price them.",
+              note=True)
+    if "mixed" in by_basis:
+        doc.p(f"‡ Partly agent-reported: some of the calls of {', '.join(by_basis['mixed'])} have no price row.",
+              note=True)
+    if "none" in by_basis:
+        doc.p(f"No token usage was recorded for {', '.join(by_basis['none'])} (the sim agent reports none).", note=True)
+
+
+def summary(doc: Doc, runs: list[RunAnswers]) -> None:
+    ms = levels(runs)
+    cols = ["run", "harness", "workers", "schedule time", "final score", *[f"time to {pct(m)}" for m in ms],
+            "PRs opened", "PRs merged", "merge conflicts", "cost", "cost per merged PR"]
+    kinds = ["text", "text", "number", "duration", "percent", *["duration"] * len(ms)] + ["number"] * 3 + ["money"] * 2
+    rows = []
+    for r in runs:
+        final, m, c = r.answers["final_score"].one(), r.answers["merges"].one(), run_cost(r)
+        reached = {x["milestone"]: x["time_to_s"] for x in r.answers["score_milestones"].dicts()}
+        per_pr = c.get("cost_per_merged_pr")
+        rows.append([r.label, fmt(r.run["harness"]), fmt(r.run["workers"]), duration(r.run["duration_s"]),
+                     pct(final["final_pass_rate"]), *[duration(reached.get(x)) for x in ms], fmt(m["opened"]),
+                     fmt(m["merged"]), fmt(m["merge_conflicts"]), cost_text(c),
+                     "–" if per_pr is None or c.get("cost_basis") == "none"
+                     else money(per_pr) + BASIS_MARK.get(c["cost_basis"], "")])
+    doc.table(cols, rows, kinds)
+    cost_notes(doc, runs)
 
 
 def build(runs: list[RunAnswers], data_dirs: dict[str, str]) -> Doc:
     doc = Doc()
-    doc.h(1, "Run report" if len(runs) == 1 else f"Report on {len(runs)} runs")
-    doc.p("Times are schedule time (wall time x the run's time_scale). Every table is one question file of "
-          "`analysis/` run over the run's trace; the full answers are CSV files under `data/`.")
-    doc.table(SUMMARY_COLS, [summary_row(r) for r in runs])
+    doc.h(1, "Run report" if len(runs) == 1 else f"Report on {len(runs)} runs", anchor="top")
+    doc.p("Times are schedule time (wall time x the run's time scale). Every table answers one question file of "
+          "`analysis/` over the run's trace, counting each event once; the full answers are CSV files under `data/`.")
+    doc.toc()
+    doc.h(2, "Summary", anchor="summary")
+    summary(doc, runs)
     doc.img("scores.png", plot_scores(runs), "score over time")
     if len(runs) > 1:
-        doc.h(2, "Side by side")
-        doc.p("Final score and time to reach 30% and 50% of the hidden tests, against worker count.")
-        doc.img("side_by_side.png", plot_side_by_side(runs), "final score and time to score against workers")
+        side_by_side(doc, runs)
     for i, r in enumerate(runs):
-        d = data_dirs[r.label]
-        a = r.answers
-        tag = f"{i + 1}-" if len(runs) > 1 else ""
-        doc.h(2, f"Run {r.label}")
-        doc.p(f"`{r.run_dir}` — {fmt(r.run['workers'])} workers, harness {fmt(r.run['harness'])}, "
-              f"time scale {fmt(r.run['time_scale'])}, {hours(r.run['duration_s'])} of schedule "
-              f"({fmt(r.run['wall_s'])} s wall).")
-        doc.h(3, "Score")
-        doc.answer(a["score_milestones"], f"{d}/score_milestones.csv")
-        doc.h(3, "Pull requests")
-        doc.img(f"{tag}funnel.png", plot_funnel(r), "PR funnel")
-        doc.answer(a["merges"], f"{d}/merges.csv")
-        doc.h(3, "Roles")
-        doc.p("Role thresholds: see `analysis/roles.sql` (integrator: merged >= 2 peers' PRs; reviewer: >= 2 reviews; "
-              "builder: opened a PR; scout: only board/messages; idle: nothing).")
-        doc.img(f"{tag}roles.png", plot_roles(r), "roles")
-        ranked = sorted(a["roles"].rows, key=lambda w: (-(w[3] + w[6] + w[7]), w[0]))
-        doc.answer(Answer(a["roles"].cols, ranked), f"{d}/roles.csv")
-        doc.h(3, "Claims and duplicated work")
-        doc.p(f"{len(a['claims'].rows):,} colliding claims, "
-              f"{sum(1 for c in a['claims'].dicts() if c['settled_by_dm']):,} of them followed by a DM between the two; "
-              f"{len(a['duplicated_work'].rows):,} PR pairs duplicating work.")
-        doc.answer(a["claims"], f"{d}/claims.csv",
-                   cols=["seq", "worker_id", "earlier_seq", "earlier_worker", "gap_s", "shared", "settled_by_dm"],
-                   empty="no colliding claims")
-        doc.answer(a["duplicated_work"], f"{d}/duplicated_work.csv", empty="no duplicated work")
-        doc.h(3, "Hotspots")
-        doc.answer(a["hotspots"], f"{d}/hotspots.csv", top=15, empty="no PR diffs or conflicts recorded")
-        doc.h(3, "Messages")
-        doc.answer(a["messages"], f"{d}/messages.csv")
-        doc.img(f"{tag}dm_graph.png", plot_dm_graph(r), "DM graph")
-        doc.h(3, "Cost")
-        doc.img(f"{tag}cost.png", plot_cost(r), "cost per worker")
-        doc.answer(Answer(a["cost"].cols, [c for c in a["cost"].rows if c[0] != "worker"]), f"{d}/cost.csv")
-        doc.h(3, "Idle time")
-        idle = a["idle"].dicts()
-        if idle:
-            up = sum(w["up_s"] for w in idle)
-            doc.p(f"Workers were idle {pct(sum(w['idle_s'] for w in idle) / up if up else None)} of their up time; "
-                  f"{sum(w['nudges'] for w in idle):,} nudges, "
-                  f"{sum(w['share_findings_prompts'] for w in idle):,} share-findings prompts. Most idle first:")
-        ranked = sorted(a["idle"].rows, key=lambda w: (-(w[5] or 0), w[0]))
-        doc.answer(Answer(a["idle"].cols, ranked), f"{d}/idle.csv")
+        run_section(doc, r, i, len(runs), data_dirs[r.label])
     return doc
 
 
-def write_report(run_dirs: list[Path], out: Path, prices: Path | None = None, memory_limit: str | None = "2GB") -> dict:
+def side_by_side(doc: Doc, runs: list[RunAnswers]) -> None:
+    """The runs compared (plots across runs go here)."""
+    doc.h(2, "Side by side", anchor="side-by-side")
+    doc.p("Final score and time to reach each milestone of the hidden tests, one bar per run, runs ordered by "
+          "worker count.")
+    doc.img("side_by_side.png", plot_side_by_side(runs), "final score and time to each milestone, per run")
+
+
+def run_section(doc: Doc, r: RunAnswers, i: int, n: int, d: str) -> None:
+    a = r.answers
+    tag = f"{i + 1}-" if n > 1 else ""
+    key = f"run-{i + 1}"
+    doc.h(2, f"Run {r.label}", anchor=key)
+    doc.p(f"`{str(r.run_dir).replace('`', '')}`: {fmt(r.run['workers'])} workers, harness {fmt(r.run['harness'])}, "
+          f"time scale {fmt(r.run['time_scale'])}, {duration(r.run['duration_s'])} of schedule "
+          f"({duration(r.run['wall_s'])} wall).")
+    doc.h(3, "Score", anchor=f"{key}-score")
+    doc.facts(a["final_score"])
+    doc.answer(a["score_milestones"], f"{d}/score_milestones.csv", cols=["milestone", "time_to_s", "passed", "total"],
+               empty="no milestones")
+    doc.h(3, "Pull requests", anchor=f"{key}-prs")
+    doc.img(f"{tag}funnel.png", plot_funnel(r), "PR funnel")
+    doc.facts(a["merges"])
+    roles(doc, r, tag, key, d)
+    claims(doc, r, key, d)
+    doc.h(3, "Hotspots", anchor=f"{key}-hotspots")
+    doc.answer(a["hotspots"], f"{d}/hotspots.csv", top=15, empty="no PR diffs or conflicts recorded")
+    doc.h(3, "Messages", anchor=f"{key}-messages")
+    doc.facts(a["messages"])
+    doc.img(f"{tag}dm_graph.png", plot_dm_graph(r), "DM graph")
+    doc.h(3, "Cost", anchor=f"{key}-cost")
+    cost_notes(doc, [r])
+    doc.img(f"{tag}cost.png", plot_cost(r), "cost per worker")
+    doc.answer(a["cost"], f"{d}/cost.csv", top=None, rows=[c for c in a["cost"].rows if c[0] != "worker"],
+               cols=[c for c in a["cost"].cols if c != "worker_id"])
+    idle(doc, r, key, d)
+
+
+def roles(doc: Doc, r: RunAnswers, tag: str, key: str, d: str) -> None:
+    a = r.answers
+    t = a["role_thresholds"].one()
+    doc.h(3, "Roles", anchor=f"{key}-roles")
+    doc.p(f"Roles emerge from what each worker did, with thresholds relative to this run (`analysis/roles.sql`, "
+          f"computed by view `role_thresholds`): **integrator**: merged at least {fmt(t['integrator_min_merges'])} "
+          f"peers' PRs (the larger of {fmt(t['integrator_floor'])} and {fmt(t['even_share_multiple'])} × "
+          f"{fmt(t['peer_merges'])} peer merges / {fmt(t['workers'])} workers, rounded up) and at least as many as it "
+          f"authored; **reviewer**: reviewed at least {fmt(t['reviewer_min_reviews'])} peers' PRs (the larger of "
+          f"{fmt(t['reviewer_floor'])} and {fmt(t['even_share_multiple'])} × {fmt(t['peer_reviews'])} peer reviews / "
+          f"{fmt(t['workers'])} workers, rounded up) and at least as many as it authored; **builder**: authored at "
+          f"least {fmt(t['builder_min_prs'])} PR; **scout**: no PR of its own, but board entries, messages, or merges "
+          "and reviews below those thresholds; **idle**: none of that (it may have taken turns). `labels` lists every "
+          "threshold a worker meets.")
+    doc.img(f"{tag}roles.png", plot_roles(r), "roles")
+    ws = a["roles"].dicts()
+    per_role = [[role, fmt(len(g)), *[fmt(sum(w[k] for w in g)) for k in ROLE_SUMS]]
+                for role in ROLE_ORDER if (g := [w for w in ws if w["role"] == role])]
+    doc.table(["role", "workers", "PRs authored", "peers' PRs merged", "peers' PRs reviewed", "claims", "DMs sent",
+               "turns"], per_role)
+    order = {k: j for j, k in enumerate(ROLE_ORDER)}
+    active = lambda w: w["prs_authored"] + w["merged_for_others"] + w["reviews_given"] + w["board_entries"]
+    cols = ["worker_id", "role", "labels", "prs_authored", "prs_merged", "merged_own", "merged_for_others",
+            "reviews_given", "claims", "board_entries", "dms_sent", "dms_received", "turns"]
+    if len(ws) <= ROLES_ALL:
+        ranked = sorted(a["roles"].rows, key=lambda w: (order.get(w[1], 9), -active(dict(zip(a["roles"].cols, w))), w[0]))
+        doc.answer(a["roles"], f"{d}/roles.csv", top=None, cols=cols, rows=ranked)
+        return
+    ranked = sorted(a["roles"].rows, key=lambda w: (-active(dict(zip(a["roles"].cols, w))), str(w[0])))
+    doc.answer(a["roles"], f"{d}/roles.csv", top=TOP_ACTIVE, cols=cols, rows=ranked)
+    idle_ids = [str(w["worker_id"]) for w in ws if w["role"] == "idle"]
+    if idle_ids:
+        shown = ", ".join(idle_ids[:30]) + (", …" if len(idle_ids) > 30 else "")
+        doc.p(f"The {TOP_ACTIVE} most active workers; every worker is counted in the table by role above. "
+              f"{len(idle_ids):,} idle: {shown}.", note=True)
+
+
+ROLE_SUMS = ["prs_authored", "merged_for_others", "reviews_given", "claims", "dms_sent", "turns"]
+TOP_ACTIVE = 20
+
+
+def claims(doc: Doc, r: RunAnswers, key: str, d: str) -> None:
+    a = r.answers
+    dup = a["duplicated_work"].dicts()
+    pairs = {(x["pr_a"], x["pr_b"]) for x in dup}
+    doc.h(3, "Claims and duplicated work", anchor=f"{key}-claims")
+    doc.p(f"{len(a['claims'].rows):,} colliding claims, "
+          f"{sum(1 for c in a['claims'].dicts() if c['settled_by_dm']):,} of them followed by a DM between the two; "
+          f"{len(pairs):,} PR {'pair' if len(pairs) == 1 else 'pairs'} duplicating work "
+          f"(in {len({x['path'] for x in dup}):,} files).")
+    doc.answer(a["claims"], f"{d}/claims.csv", empty="no colliding claims",
+               cols=["seq", "worker_id", "claimed_s", "text", "earlier_seq", "earlier_worker", "gap_s", "shared",
+                     "settled_by_dm"])
+    doc.answer(a["duplicated_work"], f"{d}/duplicated_work.csv", empty="no duplicated work")
+
+
+def idle(doc: Doc, r: RunAnswers, key: str, d: str) -> None:
+    a = r.answers
+    doc.h(3, "Idle time", anchor=f"{key}-idle")
+    rows = a["idle"].dicts()
+    up = sum(w["up_s"] for w in rows)
+    never_up = sum(1 for w in rows if not w["up_s"])
+    doc.p(f"Workers were idle {pct(sum(w['idle_s'] for w in rows) / up if up else None)} of their up time; "
+          f"{sum(w['nudges'] for w in rows):,} nudges, {sum(w['share_findings_prompts'] for w in rows):,} "
+          f"share-findings prompts; {never_up:,} {'worker' if never_up == 1 else 'workers'} never up. Most idle first:")
+    ranked = sorted(a["idle"].rows, key=lambda w: (-(w[5] or 0), str(w[0])))
+    doc.answer(Answer(a["idle"].cols, ranked), f"{d}/idle.csv")
+
+
+def write_report(run_dirs: list[Path], out: Path, prices: Path | None = None, memory_limit: str | None = "2GB",
+                 milestones: list[float] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    runs = [analyse(Path(d), prices, memory_limit) for d in run_dirs]
+    runs = [analyse(Path(d), prices, memory_limit, milestones) for d in run_dirs]
     seen: dict[str, int] = {}
     for r in runs:  # unique labels
         n = seen.get(r.label, 0)
@@ -108,15 +223,16 @@ def write_report(run_dirs: list[Path], out: Path, prices: Path | None = None, me
         if n:
             r.label = f"{r.label}-{n + 1}"
     data_dirs = {}
-    for r in runs:
-        d = out / "data" / r.label
+    for k, r in enumerate(runs):
+        name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in r.label) or f"run{k + 1}"
+        d = out / "data" / name
         d.mkdir(parents=True, exist_ok=True)
-        for name, a in r.answers.items():
-            with open(d / f"{name}.csv", "w", newline="") as f:
+        for q, a in r.answers.items():
+            with open(d / f"{q}.csv", "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(a.cols)
                 w.writerows([["" if v is None else v for v in row] for row in a.rows])
-        data_dirs[r.label] = f"data/{r.label}"
+        data_dirs[r.label] = f"data/{name}"
     doc = build(runs, data_dirs)
     (out / "img").mkdir(exist_ok=True)
     for name, png in doc.images.items():
@@ -133,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m agensh_ray.analysis.report",
         description="Write an HTML page (self-contained) and a Markdown file with tables and plots about one or "
         "more runs: score over time, the PR funnel, roles, the DM graph, cost per worker, claims, hotspots, idle "
-        "time; with several runs, final score and time to 30%/50% against worker count. Also writes every "
+        "time; with several runs, final score and time to each score milestone side by side. Also writes every "
         "question's full answer as CSV under OUT/data/.",
     )
     ap.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
@@ -143,12 +259,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prices", type=Path, default=None, metavar="CSV",
                     help="price table: model,input_usd_per_mtok,output_usd_per_mtok (default analysis/prices.csv); "
                     "a run's tokens are priced by the row named like its harness")
+    ap.add_argument("--milestones", default=None, metavar="PCTS",
+                    help="score milestones to time, in percent of the hidden tests, comma-separated "
+                    "(default 25,50,75,90)")
     ap.add_argument("--memory-limit", default="2GB", help="DuckDB memory limit per run (default 2GB)")
     args = ap.parse_args(argv)
     for d in args.run_dirs:
         if not (d / "trace").is_dir():
             ap.error(f"{d} has no trace/ folder: pass a run folder (runs/<run_id>)")
-    res = write_report(args.run_dirs, args.out, args.prices, args.memory_limit)
+    try:
+        milestones = parse_percents(args.milestones)
+    except ValueError as e:
+        ap.error(str(e))
+    res = write_report(args.run_dirs, args.out, args.prices, args.memory_limit, milestones)
     print(f"wrote {res['html']}")
     print(f"wrote {res['markdown']} (plots in {args.out / 'img'}, answers as CSV in {args.out / 'data'})")
     sys.stdout.flush()

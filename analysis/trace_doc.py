@@ -28,8 +28,13 @@ Every event of a run lands in Parquet, one folder per table:
 `runs/<run_id>/trace/<table>/<writer>-<pid>-<nonce>-<n>.parquet`. Each writer (an actor)
 buffers its rows and writes a new file every 2 seconds, so a run can be queried while it
 runs; `python -m agensh_ray.analysis.compact RUN_DIR` merges each writer's files afterwards.
-`analysis/views.sql` defines one DuckDB view per table (every column below, typed; columns
-that older files lack read as null), and `analysis/*.sql` answer questions over them.
+`analysis/views.sql` defines two DuckDB views per table (every column below, typed; columns
+that older files lack read as null): `<table>_rows` has every row as written, and `<table>`
+one row per event. A row can be written twice (by two writers, or by an actor and the replay of
+its durable log); rows equal in the table's *identity* columns (below; `event_id` unless said
+otherwise) are copies of one event, and the `<table>` view keeps one of them. A row whose
+`event_id` is empty has no identity and is always kept. `analysis/*.sql` answer questions
+over the `<table>` views.
 
 Current schema version: **{version}** (column `schema_version` of every row).
 {history}
@@ -62,7 +67,8 @@ def render() -> str:
     out = [_INTRO.format(version=SCHEMA_VERSION, history=_schema_history(), common=_rows(None, common))]
     for table, model in TABLES.items():
         own = [n for n in model.model_fields if n not in common]
-        out.append(f"## `{table}`\n\n{_doc(model)}\n\n{_rows(table, own)}\n")
+        ident = ", ".join(f"`{c}`" for c in model.identity)
+        out.append(f"## `{table}`\n\n{_doc(model)}\n\nIdentity: {ident}.\n\n{_rows(table, own)}\n")
     return "\n".join(out)
 
 

@@ -1,106 +1,172 @@
 -- The views every question file (analysis/*.sql) reads.
 --
--- In the DuckDB CLI, set the run folder (and optionally the price table), then read this file:
---   SET VARIABLE run_dir = 'runs/20261129T181500Z';
---   SET VARIABLE prices = 'analysis/prices.csv';
---   .read analysis/views.sql
---   .read analysis/merges.sql
--- In the CLI every table must have at least one Parquet file (agensh_ray.trace.write_schema_files
--- writes an empty _schema.parquet per table); agensh_ray.analysis.views.connect() (Python) needs none: it
--- gives a table the run never wrote an empty view with the right columns.
+-- In Python, agensh_ray.analysis.views.connect(run_dir) sets everything up. In the DuckDB CLI, set the
+-- run's settings first (the run folder, the price table, the run's worker ids, the score milestones:
+-- `python -m agensh_ray.analysis.views --settings RUN_DIR` prints them as SET VARIABLE statements),
+-- then read this file and a question:
+--   python -m agensh_ray.analysis.views --settings runs/20261129T181500Z > settings.sql
+--   duckdb -c ".read settings.sql" -c ".read analysis/views.sql" -c ".read analysis/merges.sql"
+-- Without worker_ids the run's workers are those seen in the trace (a worker that never started is
+-- then missing). In the CLI every table must have at least one Parquet file
+-- (agensh_ray.trace.write_schema_files writes an empty _schema.parquet per table); connect() needs
+-- none: it gives a table the run never wrote an empty view with the right columns.
+--
+-- One row per event: each table's view (`forge`) keeps one row of each set of copies, rows equal in
+-- the table's identity columns (event_id; for pr_changes the change block too, for deliveries the
+-- worker too: docs/trace.md); `<table>_rows` (`forge_rows`) has every row as written. Copies appear
+-- when two writers record the same event (an actor and the reconciliation from its durable log).
+-- Denormalised columns are never trusted where another table is the source of truth: a PR's author
+-- is whoever opened it (view prs), not a row's pr_author.
 --
 -- Times: `ts` columns are UTC timestamps. Durations in the question files are *schedule
 -- seconds*: wall seconds x the run's time_scale (so a sim run compressed 120x reads like the
 -- run it simulates; for a real run time_scale is 1). sched_s(ts) is seconds since the run started.
 
 -- BEGIN GENERATED TABLE VIEWS
-CREATE OR REPLACE VIEW board AS
+CREATE OR REPLACE VIEW board_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, seq, type, text, has_detail FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS seq, CAST(NULL AS VARCHAR) AS type, CAST(NULL AS VARCHAR) AS text, CAST(NULL AS BOOLEAN) AS has_detail WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/board/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW board AS
+SELECT * FROM board_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM board_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
-CREATE OR REPLACE VIEW messages AS
+CREATE OR REPLACE VIEW messages_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, seq, kind, sender, recipient, text FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS seq, CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS VARCHAR) AS sender, CAST(NULL AS VARCHAR) AS recipient, CAST(NULL AS VARCHAR) AS text WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/messages/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW messages AS
+SELECT * FROM messages_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM messages_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
-CREATE OR REPLACE VIEW forge AS
+CREATE OR REPLACE VIEW forge_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, seq, kind, pr, pr_author, ref, detail, verdict FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS seq, CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS BIGINT) AS pr, CAST(NULL AS VARCHAR) AS pr_author, CAST(NULL AS VARCHAR) AS ref, CAST(NULL AS VARCHAR) AS detail, CAST(NULL AS VARCHAR) AS verdict WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/forge/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW forge AS
+SELECT * FROM forge_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM forge_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
-CREATE OR REPLACE VIEW turns AS
+CREATE OR REPLACE VIEW turns_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, turn, phase, trigger, stop_reason, duration_ms FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS turn, CAST(NULL AS VARCHAR) AS phase, CAST(NULL AS VARCHAR) AS trigger, CAST(NULL AS VARCHAR) AS stop_reason, CAST(NULL AS DOUBLE) AS duration_ms WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/turns/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW turns AS
+SELECT * FROM turns_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM turns_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
-CREATE OR REPLACE VIEW tool_calls AS
+CREATE OR REPLACE VIEW tool_calls_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, tool, source, tool_call_id, duration_ms, ok, error, turn FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS tool, CAST(NULL AS VARCHAR) AS source, CAST(NULL AS VARCHAR) AS tool_call_id, CAST(NULL AS DOUBLE) AS duration_ms, CAST(NULL AS BOOLEAN) AS ok, CAST(NULL AS VARCHAR) AS error, CAST(NULL AS BIGINT) AS turn WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/tool_calls/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW tool_calls AS
+SELECT * FROM tool_calls_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM tool_calls_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
-CREATE OR REPLACE VIEW usage AS
+CREATE OR REPLACE VIEW usage_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, turn, input_tokens, output_tokens, cost_usd FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS turn, CAST(NULL AS BIGINT) AS input_tokens, CAST(NULL AS BIGINT) AS output_tokens, CAST(NULL AS DOUBLE) AS cost_usd WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/usage/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW usage AS
+SELECT * FROM usage_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM usage_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
-CREATE OR REPLACE VIEW deliveries AS
+CREATE OR REPLACE VIEW deliveries_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, kind, priority, via, enqueue_ts, latency_ms FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS kind, CAST(NULL AS VARCHAR) AS priority, CAST(NULL AS VARCHAR) AS via, CAST(NULL AS TIMESTAMPTZ) AS enqueue_ts, CAST(NULL AS DOUBLE) AS latency_ms WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/deliveries/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW deliveries AS
+SELECT * FROM deliveries_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id, worker_id) * FROM deliveries_rows WHERE event_id <> '' ORDER BY event_id, worker_id, ts);
 
-CREATE OR REPLACE VIEW scores AS
+CREATE OR REPLACE VIEW scores_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, checkpoint, commit, passed, total, pass_rate FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS checkpoint, CAST(NULL AS VARCHAR) AS commit, CAST(NULL AS BIGINT) AS passed, CAST(NULL AS BIGINT) AS total, CAST(NULL AS DOUBLE) AS pass_rate WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/scores/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW scores AS
+SELECT * FROM scores_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM scores_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
-CREATE OR REPLACE VIEW lifecycle AS
+CREATE OR REPLACE VIEW lifecycle_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, event, detail, host, pid FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS event, CAST(NULL AS VARCHAR) AS detail, CAST(NULL AS VARCHAR) AS host, CAST(NULL AS BIGINT) AS pid WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/lifecycle/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW lifecycle AS
+SELECT * FROM lifecycle_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM lifecycle_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
-CREATE OR REPLACE VIEW pr_changes AS
+CREATE OR REPLACE VIEW pr_changes_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, pr, pr_author, snapshot, path, status, old_start, old_lines, new_start, new_lines, function FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS pr, CAST(NULL AS VARCHAR) AS pr_author, CAST(NULL AS VARCHAR) AS snapshot, CAST(NULL AS VARCHAR) AS path, CAST(NULL AS VARCHAR) AS status, CAST(NULL AS BIGINT) AS old_start, CAST(NULL AS BIGINT) AS old_lines, CAST(NULL AS BIGINT) AS new_start, CAST(NULL AS BIGINT) AS new_lines, CAST(NULL AS VARCHAR) AS function WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/pr_changes/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW pr_changes AS
+SELECT * FROM pr_changes_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id, path, status, old_start, old_lines, new_start, new_lines, function) * FROM pr_changes_rows WHERE event_id <> '' ORDER BY event_id, path, status, old_start, old_lines, new_start, new_lines, function, ts);
 
-CREATE OR REPLACE VIEW intake AS
+CREATE OR REPLACE VIEW intake_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, source, reason, delivery FROM (
     SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS source, CAST(NULL AS VARCHAR) AS reason, CAST(NULL AS VARCHAR) AS delivery WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/intake/*.parquet', union_by_name = true)
 );
+CREATE OR REPLACE VIEW intake AS
+SELECT * FROM intake_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id, ts, source) * FROM intake_rows WHERE event_id <> '' ORDER BY event_id, ts, source, ts);
 -- END GENERATED TABLE VIEWS
 
--- Run settings from config.json (connect() substitutes time_scale 1 when it is missing).
+-- Run settings from config.json (connect() reads config.json itself: a missing key is null, a missing
+-- time_scale 1).
 CREATE OR REPLACE VIEW run_config AS
 SELECT CAST(workers AS BIGINT) AS workers, CAST(harness AS VARCHAR) AS harness,
        CAST(coalesce(time_scale, 1.0) AS DOUBLE) AS time_scale, CAST(minutes AS DOUBLE) AS minutes
 FROM read_json_auto(getvariable('run_dir') || '/config.json');
 
+-- The run's workers, one row each: agensh_ray.config.worker_ids(config.json's `workers`), which
+-- connect() puts in the variable worker_ids, so a worker that never started is one of them. A run
+-- with no `workers` setting: every worker seen in lifecycle, turns, forge, board, messages (senders)
+-- or usage.
+CREATE OR REPLACE VIEW roster AS
+SELECT DISTINCT unnest(getvariable('worker_ids')) AS worker_id
+UNION ALL
+SELECT worker_id FROM (
+    SELECT worker_id FROM lifecycle UNION SELECT worker_id FROM turns UNION SELECT worker_id FROM forge
+    UNION SELECT worker_id FROM board UNION SELECT sender FROM messages UNION SELECT worker_id FROM usage
+) WHERE worker_id IS NOT NULL AND getvariable('worker_ids') IS NULL;
+
 -- The run: id, first and last event of the lifecycle, scores and forge tables (small tables, so
--- this is cheap; a live run ends at its latest event so far), workers (from config.json, else
--- those with lifecycle rows), time scale, harness.
+-- this is cheap; a live run ends at its latest event so far), workers (view roster), time scale,
+-- harness.
 CREATE OR REPLACE VIEW run_info AS
 WITH span AS (
     SELECT min(ts) AS lo, max(ts) AS hi FROM lifecycle
@@ -112,7 +178,7 @@ SELECT
              regexp_extract(getvariable('run_dir'), '([^/]+)/*$', 1)) AS run_id,
     (SELECT min(lo) FROM span) AS started,
     (SELECT max(hi) FROM span) AS ended,
-    coalesce(c.workers, (SELECT count(DISTINCT worker_id) FROM lifecycle)) AS workers,
+    (SELECT count(*) FROM roster) AS workers,
     c.harness,
     c.time_scale
 FROM run_config c;
@@ -123,26 +189,37 @@ CREATE OR REPLACE MACRO sched_s(t) AS
 CREATE OR REPLACE MACRO sched_dur_s(a, b) AS
     (epoch(b) - epoch(a)) * (SELECT time_scale FROM run_info);
 
--- The price table (a setting): USD per million tokens, by model or harness name.
+-- The price table (a setting): USD per million tokens, by model or harness name (the first row of a
+-- name counts).
 CREATE OR REPLACE VIEW prices AS
-SELECT CAST(model AS VARCHAR) AS model, CAST(input_usd_per_mtok AS DOUBLE) AS input_usd_per_mtok,
+SELECT DISTINCT ON (model) CAST(model AS VARCHAR) AS model, CAST(input_usd_per_mtok AS DOUBLE) AS input_usd_per_mtok,
        CAST(output_usd_per_mtok AS DOUBLE) AS output_usd_per_mtok
 FROM read_csv(coalesce(getvariable('prices'), 'analysis/prices.csv'), header = true, all_varchar = true);
 
--- One row per pull request, from the forge events. A review is a pr_reviewed event by someone
--- other than the PR's author (the author may only leave `comment` reviews on their own PR);
--- state at the end: merged | closed (unmerged) | open.
+-- One row per pull request, from the forge events.
+--   author     whoever opened it (the actor of its first pr_opened event); only a PR with no such event
+--              falls back to the rows' pr_author copies (the most common non-null one; null if none)
+--   merged_by  the actor of its first merge (a later merge event of a merged PR changes nothing; null
+--              when that row has no actor)
+--   reviews    pr_reviewed events by anyone but the author (the author may only leave `comment`
+--              reviews on their own PR); approvals: of those, `approve` verdicts
+--   state      at the end: merged | closed (unmerged) | open
 CREATE OR REPLACE VIEW prs AS
+WITH f AS (SELECT * FROM forge WHERE pr IS NOT NULL),
+a AS (
+    SELECT pr, coalesce(arg_min(worker_id, ts) FILTER (WHERE kind = 'pr_opened'), mode(pr_author)) AS author
+    FROM f GROUP BY pr
+)
 SELECT
     pr,
-    coalesce(max(pr_author), arg_min(worker_id, ts) FILTER (WHERE kind = 'pr_opened')) AS author,
+    any_value(a.author) AS author,
     min(ts) FILTER (WHERE kind = 'pr_opened') AS opened_ts,
     min(ts) FILTER (WHERE kind = 'pr_merged') AS merged_ts,
-    arg_min(worker_id, ts) FILTER (WHERE kind = 'pr_merged') AS merged_by,
+    arg_min_null(worker_id, ts) FILTER (WHERE kind = 'pr_merged') AS merged_by,
     min(ts) FILTER (WHERE kind = 'pr_closed') AS closed_ts,
-    arg_min(worker_id, ts) FILTER (WHERE kind = 'pr_closed') AS closed_by,
-    count(*) FILTER (WHERE kind = 'pr_reviewed' AND worker_id IS DISTINCT FROM pr_author) AS reviews,
-    count(*) FILTER (WHERE kind = 'pr_reviewed' AND worker_id IS DISTINCT FROM pr_author
+    arg_min_null(worker_id, ts) FILTER (WHERE kind = 'pr_closed') AS closed_by,
+    count(*) FILTER (WHERE kind = 'pr_reviewed' AND worker_id IS DISTINCT FROM a.author) AS reviews,
+    count(*) FILTER (WHERE kind = 'pr_reviewed' AND worker_id IS DISTINCT FROM a.author
                      AND coalesce(verdict, trim(split_part(detail, ':', 1))) = 'approve') AS approvals,
     count(*) FILTER (WHERE kind = 'pr_commented') AS comments,
     count(*) FILTER (WHERE kind = 'merge_conflict') AS conflicts,
@@ -150,43 +227,34 @@ SELECT
     CASE WHEN count(*) FILTER (WHERE kind = 'pr_merged') > 0 THEN 'merged'
          WHEN count(*) FILTER (WHERE kind = 'pr_closed') > 0 THEN 'closed'
          ELSE 'open' END AS state
-FROM forge
-WHERE pr IS NOT NULL
+FROM f JOIN a USING (pr)
 GROUP BY pr;
 
--- Role thresholds (settings; redefine this view to change them).
-CREATE OR REPLACE VIEW role_thresholds AS
-SELECT 2 AS integrator_min_merges, 2 AS reviewer_min_reviews, 1 AS builder_min_prs;
-
--- One row per worker: what it did, and its role.
+-- One row per worker (view roster): what it did. PRs come from view prs, so every count of PRs is
+-- of distinct PRs and judged by the PR's real author:
 --   prs_authored       PRs it opened;  prs_merged: of those, merged (by anyone)
---   merged_own         its own PRs it merged itself;  merged_for_others: peers' PRs it merged
---   reviews_given      reviews of peers' PRs;  approvals_given: of those, approvals
+--   merged_own         its own PRs it merged;  merged_for_others: peers' PRs it merged (the first merge)
+--   reviews_given      peers' PRs it reviewed;  approvals_given: of those, PRs it approved
 --   claims, fails      CLAIM and FAIL board entries;  board_entries: all its board entries
 --   dms_sent/received, channel_posts, turns (turns started)
--- Primary role, first that holds:
---   integrator  merged_for_others >= integrator_min_merges (2) and >= prs_authored
---   reviewer    reviews_given >= reviewer_min_reviews (2) and >= prs_authored
---   builder     prs_authored >= builder_min_prs (1)
---   scout       no PR, but board entries, DMs or channel posts
---   idle        none of the above
--- labels: every role whose threshold alone holds (integrator, reviewer, builder), else the primary role.
-CREATE OR REPLACE VIEW workers AS
-WITH ids AS (
-    SELECT worker_id FROM lifecycle UNION SELECT worker_id FROM forge UNION SELECT worker_id FROM board
-    UNION SELECT sender FROM messages UNION SELECT worker_id FROM turns
+CREATE OR REPLACE VIEW worker_activity AS
+WITH rv AS (
+    SELECT f.worker_id, count(DISTINCT f.pr) AS reviews_given,
+           count(DISTINCT f.pr) FILTER (WHERE coalesce(f.verdict, trim(split_part(f.detail, ':', 1))) = 'approve')
+               AS approvals_given
+    FROM forge f JOIN prs p USING (pr)
+    WHERE f.kind = 'pr_reviewed' AND f.worker_id IS DISTINCT FROM p.author
+    GROUP BY f.worker_id
 ),
-f AS (
-    SELECT worker_id,
-           count(*) FILTER (WHERE kind = 'pr_opened') AS prs_authored,
-           count(*) FILTER (WHERE kind = 'pr_merged' AND worker_id = pr_author) AS merged_own,
-           count(*) FILTER (WHERE kind = 'pr_merged' AND worker_id IS DISTINCT FROM pr_author) AS merged_for_others,
-           count(*) FILTER (WHERE kind = 'pr_reviewed' AND worker_id IS DISTINCT FROM pr_author) AS reviews_given,
-           count(*) FILTER (WHERE kind = 'pr_reviewed' AND worker_id IS DISTINCT FROM pr_author
-                            AND coalesce(verdict, trim(split_part(detail, ':', 1))) = 'approve') AS approvals_given
-    FROM forge GROUP BY worker_id
+au AS (
+    SELECT author AS worker_id, count(*) AS prs_authored, count(*) FILTER (WHERE state = 'merged') AS prs_merged
+    FROM prs GROUP BY author
 ),
-p AS (SELECT author AS worker_id, count(*) FILTER (WHERE state = 'merged') AS prs_merged FROM prs GROUP BY author),
+mg AS (
+    SELECT merged_by AS worker_id, count(*) FILTER (WHERE merged_by = author) AS merged_own,
+           count(*) FILTER (WHERE merged_by <> author) AS merged_for_others
+    FROM prs WHERE state = 'merged' GROUP BY merged_by
+),
 b AS (
     SELECT worker_id, count(*) AS board_entries, count(*) FILTER (WHERE type = 'CLAIM') AS claims,
            count(*) FILTER (WHERE type = 'FAIL') AS fails
@@ -198,32 +266,66 @@ ms AS (
     FROM messages GROUP BY sender
 ),
 mr AS (SELECT recipient AS worker_id, count(*) AS dms_received FROM messages WHERE kind = 'dm' GROUP BY recipient),
-t AS (SELECT worker_id, count(*) AS turns FROM turns WHERE phase = 'start' GROUP BY worker_id),
-w AS (
-    SELECT ids.worker_id,
-           coalesce(f.prs_authored, 0) AS prs_authored, coalesce(p.prs_merged, 0) AS prs_merged,
-           coalesce(f.merged_own, 0) AS merged_own, coalesce(f.merged_for_others, 0) AS merged_for_others,
-           coalesce(f.reviews_given, 0) AS reviews_given, coalesce(f.approvals_given, 0) AS approvals_given,
-           coalesce(b.claims, 0) AS claims, coalesce(b.fails, 0) AS fails,
-           coalesce(b.board_entries, 0) AS board_entries,
-           coalesce(ms.dms_sent, 0) AS dms_sent, coalesce(mr.dms_received, 0) AS dms_received,
-           coalesce(ms.channel_posts, 0) AS channel_posts, coalesce(t.turns, 0) AS turns
-    FROM ids
-    LEFT JOIN f USING (worker_id) LEFT JOIN p USING (worker_id) LEFT JOIN b USING (worker_id)
-    LEFT JOIN ms USING (worker_id) LEFT JOIN mr USING (worker_id) LEFT JOIN t USING (worker_id)
-    WHERE ids.worker_id IS NOT NULL
-),
-r AS (
+t AS (SELECT worker_id, count(*) AS turns FROM turns WHERE phase = 'start' GROUP BY worker_id)
+SELECT r.worker_id,
+       coalesce(au.prs_authored, 0) AS prs_authored, coalesce(au.prs_merged, 0) AS prs_merged,
+       coalesce(mg.merged_own, 0) AS merged_own, coalesce(mg.merged_for_others, 0) AS merged_for_others,
+       coalesce(rv.reviews_given, 0) AS reviews_given, coalesce(rv.approvals_given, 0) AS approvals_given,
+       coalesce(b.claims, 0) AS claims, coalesce(b.fails, 0) AS fails,
+       coalesce(b.board_entries, 0) AS board_entries,
+       coalesce(ms.dms_sent, 0) AS dms_sent, coalesce(mr.dms_received, 0) AS dms_received,
+       coalesce(ms.channel_posts, 0) AS channel_posts, coalesce(t.turns, 0) AS turns
+FROM roster r
+LEFT JOIN au USING (worker_id) LEFT JOIN mg USING (worker_id) LEFT JOIN rv USING (worker_id)
+LEFT JOIN b USING (worker_id) LEFT JOIN ms USING (worker_id) LEFT JOIN mr USING (worker_id)
+LEFT JOIN t USING (worker_id);
+
+-- Role thresholds: settings (redefine role_settings to change them) ...
+CREATE OR REPLACE VIEW role_settings AS
+SELECT 2 AS integrator_floor, 2 AS reviewer_floor, CAST(2 AS DOUBLE) AS even_share_multiple, 1 AS builder_min_prs;
+
+-- ... and the thresholds they give in this run, relative to it. With N the run's workers (roster), M
+-- the run's peer merges (sum of merged_for_others) and R its peer reviews (sum of reviews_given):
+--   integrator_min_merges = max(integrator_floor, ceil(even_share_multiple x M / N))
+--   reviewer_min_reviews  = max(reviewer_floor,   ceil(even_share_multiple x R / N))
+-- that is, by default, at least twice an even share of the run's peer merges (reviews), and at least 2:
+-- in a run where one worker merged 12 peers' PRs, one that merged 2 is not an integrator.
+CREATE OR REPLACE VIEW role_thresholds AS
+WITH t AS (
+    SELECT count(*) AS workers, CAST(coalesce(sum(merged_for_others), 0) AS BIGINT) AS peer_merges,
+           CAST(coalesce(sum(reviews_given), 0) AS BIGINT) AS peer_reviews
+    FROM worker_activity
+)
+SELECT t.workers, t.peer_merges, t.peer_reviews, s.integrator_floor, s.reviewer_floor, s.even_share_multiple,
+       greatest(s.integrator_floor,
+                coalesce(CAST(ceil(round(s.even_share_multiple * t.peer_merges / nullif(t.workers, 0), 9)) AS BIGINT), 0))
+           AS integrator_min_merges,
+       greatest(s.reviewer_floor,
+                coalesce(CAST(ceil(round(s.even_share_multiple * t.peer_reviews / nullif(t.workers, 0), 9)) AS BIGINT), 0))
+           AS reviewer_min_reviews,
+       s.builder_min_prs
+FROM t, role_settings s;
+
+-- One row per worker: its activity (view worker_activity) and its role. Primary role, first that holds:
+--   integrator  merged_for_others >= integrator_min_merges and >= prs_authored
+--   reviewer    reviews_given >= reviewer_min_reviews and >= prs_authored
+--   builder     prs_authored >= builder_min_prs (1)
+--   scout       no PR of its own, but board entries, DMs, channel posts, or merges or reviews of peers'
+--               PRs below the thresholds above
+--   idle        none of the above (turns alone do not count; a worker that never started is idle)
+-- labels: every role whose threshold alone holds (integrator, reviewer, builder), else the primary role.
+CREATE OR REPLACE VIEW workers AS
+WITH r AS (
     SELECT w.*,
            CASE WHEN merged_for_others >= integrator_min_merges AND merged_for_others >= prs_authored THEN 'integrator'
                 WHEN reviews_given >= reviewer_min_reviews AND reviews_given >= prs_authored THEN 'reviewer'
                 WHEN prs_authored >= builder_min_prs THEN 'builder'
-                WHEN board_entries + dms_sent + channel_posts > 0 THEN 'scout'
+                WHEN board_entries + dms_sent + channel_posts + merged_for_others + reviews_given > 0 THEN 'scout'
                 ELSE 'idle' END AS role,
            concat_ws(' ',
                 CASE WHEN merged_for_others >= integrator_min_merges THEN 'integrator' END,
                 CASE WHEN reviews_given >= reviewer_min_reviews THEN 'reviewer' END,
                 CASE WHEN prs_authored >= builder_min_prs THEN 'builder' END) AS labels
-    FROM w, role_thresholds
+    FROM worker_activity w, role_thresholds
 )
 SELECT * REPLACE (CASE WHEN labels = '' THEN role ELSE labels END AS labels) FROM r;

@@ -36,6 +36,11 @@ def entry_text(rng: random.Random, worker: str, i: int) -> tuple[str, str]:
     return t, f"{a} and {b}: {worker} note {i} on line {rng.randint(1, 999)}"[:100]
 
 
+def fill_text(host_id: str, k: int, j: int) -> str:
+    """The text of entry j of batch k that host `host_id` writes to fill the board for the grep phase."""
+    return f"{WORDS[j % 20]} {WORDS[(j * 7 + k) % 20]} fill {host_id} {k}.{j}"
+
+
 @ray.remote(num_cpus=0)
 class NoForge:
     """Forge stand-in: the routers poll `events_since`; nothing happens on the forge in this bench."""
@@ -216,13 +221,11 @@ class BenchHost:
         return {"lat": lat, "acked": acked, "elapsed": time.perf_counter() - t_start}
 
     async def fill(self, board: BoardHandle, total: int, batch: int) -> int:
-        words = WORDS
         done = 0
         k = 0
         while done < total:
             n = min(batch, total - done)
-            entries = [BoardEntryIn(type=TYPES[j % len(TYPES)],
-                                    text=f"{words[j % 20]} {words[(j * 7 + k) % 20]} fill {self.host_id} {k}.{j}",
+            entries = [BoardEntryIn(type=TYPES[j % len(TYPES)], text=fill_text(self.host_id, k, j),
                                     worker_id=self.workers[j % len(self.workers)]) for j in range(n)]
             await board.awrite_batch(entries)
             done += n

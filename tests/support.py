@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agensh_ray.board import BoardClient, BoardService
+from agensh_ray.board import BoardClient, BoardLimits, BoardService
 from agensh_ray.config import RunConfig
 from agensh_ray.services.chat.embedded import EmbeddedChat
 from agensh_ray.services.forge.embedded import EmbeddedForge
@@ -64,11 +64,11 @@ class Awaited:
 
 
 class LocalServices:
-    def __init__(self, root: Path, workers: list[str], task: str = "textkit"):
+    def __init__(self, root: Path, workers: list[str], task: str = "textkit", board_limits: BoardLimits | None = None):
         self.task = Task.load(task)
         starter = root / "starter"
         self.task.materialize_starter(starter)
-        self.board_service = BoardService(str(root / "board.jsonl"))
+        self.board_service = BoardService(str(root / "board.jsonl"), board_limits)
         self.board_plain = self.board_service.board
         self.chat_plain = EmbeddedChat(root / "chat")
         self.forge_plain = EmbeddedForge(root / "forge")

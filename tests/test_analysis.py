@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from agensh_ray.analysis import trace_doc
+from agensh_ray.analysis import trace_doc, views
 from agensh_ray.analysis.views import (
     VIEWS_SQL,
     connect,
@@ -127,22 +127,49 @@ def test_a_live_run_is_queryable_while_it_is_written(tmp_path):
     assert run_query(con, "idle")[1][0][2] == 1  # one (open) turn
     writer.write(ScoreRow(checkpoint="periodic", passed=2, total=4, pass_rate=0.5))
     writer.flush()
-    cols, rows = run_query(con, "score_milestones")  # same connection sees the new file
+    cols, rows = run_query(con, "final_score")  # same connection sees the new file
     assert dict(zip(cols, rows[0]))["final_pass_rate"] == 0.5
     writer.close()
 
 
-def test_plain_duckdb_reads_views_sql_once_every_table_has_a_file(tmp_path):
-    """The CLI path (SET VARIABLE run_dir; .read analysis/views.sql; .read analysis/<q>.sql)
-    works on a run whose driver wrote the empty schema files."""
+def test_plain_duckdb_reads_views_sql_once_every_table_has_a_file(tmp_path, capsys):
+    """The CLI path (the settings `python -m agensh_ray.analysis.views --settings RUN` prints;
+    .read analysis/views.sql; .read analysis/<q>.sql) works on a run whose driver wrote the empty
+    schema files, and knows the run's workers from its configuration."""
     run = tmp_path / "run_empty"
     shutil.copytree(FIXTURES / "run_empty", run)
+    (run / "trace" / "lifecycle" / "fixture-00000.parquet").unlink()  # neither worker ever started
     write_schema_files(run)
+    views.main(["--settings", str(run), "--milestones", "10,50"])
+    printed = capsys.readouterr().out
+    assert "SET VARIABLE worker_ids = ['w001', 'w002'];" in printed
     con = duckdb.connect()
-    con.execute("SET VARIABLE run_dir = ?", [str(run)])
-    con.execute("SET VARIABLE prices = ?", [str(VIEWS_SQL.with_name("prices.csv"))])
-    for stmt in statements(VIEWS_SQL.read_text()):
+    for stmt in statements(printed) + statements(VIEWS_SQL.read_text()):
         con.execute(stmt)
     for name in QUERIES:
         con.execute(statements(query_sql(name))[-1]).fetchall()
-    assert con.execute("SELECT count(*) FROM lifecycle").fetchall() == [(2,)]
+    assert con.execute("SELECT worker_id, role FROM workers ORDER BY 1").fetchall() == [("w001", "idle"), ("w002", "idle")]
+    assert con.execute(statements(query_sql("score_milestones"))[-1]).fetchall() == [
+        (0.1, None, None, None, None), (0.5, None, None, None, None)]
+
+
+def test_a_run_without_configuration_has_the_workers_it_shows(tmp_path):
+    run = tmp_path / "run_small"
+    shutil.copytree(FIXTURES / "run_small", run)
+    (run / "config.json").unlink()
+    cols, rows = run_query(connect(run), "roles")
+    assert [r[0] for r in rows] == ["w001", "w002", "w003", "w004", "w005"]
+    assert run_query(connect(run), "run")[1][0][2] == 5  # run.workers: the five seen
+
+
+def test_bad_settings_are_refused_clearly(tmp_path, capsys):
+    run = tmp_path / "run_small"
+    shutil.copytree(FIXTURES / "run_small", run)
+    with pytest.raises(ValueError, match=r"milestones are fractions of the hidden tests in \(0, 1\]"):
+        connect(run, milestones=[0.5, 50])
+    with pytest.raises(SystemExit):
+        views.main(["--settings", str(run), "--milestones", "half"])
+    assert "--milestones takes percentages" in capsys.readouterr().err
+    (run / "config.json").write_text("{workers: 5")
+    with pytest.raises(ValueError, match="config.json is not valid JSON"):
+        connect(run)

@@ -1,15 +1,22 @@
 """The report renders: on the committed fixtures (fast), and on a fresh 3-worker
-demo run (slow, one per session)."""
+demo run (slow, one per session), which a real browser then lays out at 1,400 px
+(tests/browser.py). What a reader sees: human column names, durations and one money
+format, the thresholds as computed, the claim text, a note on unpriced cost, a table
+of contents whose links all land."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
 from agensh_ray.analysis import report
+from agensh_ray.analysis.columns import LABELS
+from tests.browser import CHROMIUM, layout
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PLOTS = ["funnel", "roles", "dm_graph", "cost"]
@@ -36,10 +43,69 @@ def test_report_on_the_fixtures_side_by_side(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert str(out / "report.html") in printed and str(out / "report.md") in printed
     md = check_report(out, runs=2)
-    assert "| run_small | claude | 5 | 1.67 h | 70.0% | 0.56 h | 1.11 h | 6 | 4 | 2 | $4.51 |" in md
+    assert "| run_small | claude | 5 | 1.67 h | 70% | 33 min | 67 min | – | – | 6 | 4 | 2 | $4.51 | $1.13 |" in md
+    assert "| run_empty | sim | 2 | 5 s | – | – | – | – | – | 0 | 0 | 0 | none recorded | – |" in md
     assert "## Side by side" in md
     for name in ("roles", "merges", "cost", "idle", "claims", "hotspots"):
         assert (out / "data" / "run_small" / f"{name}.csv").is_file()
+
+
+def test_the_report_reads_like_a_report(tmp_path):
+    out = tmp_path / "report"
+    report.write_report([FIXTURES / "run_small"], out)
+    html = (out / "report.html").read_text()
+    md = (out / "report.md").read_text()
+    # a table of contents whose every link lands on a heading
+    toc = re.search(r"<nav class='toc'>(.*?)</nav>", html, re.DOTALL).group(1)
+    targets = re.findall(r"href='#([^']+)'", toc)
+    ids = set(re.findall(r"<h[23] id='([^']+)'", html))
+    assert len(targets) >= 9 and set(targets) == ids
+    assert all(f'<a id="{t}"></a>' in md for t in targets)
+    # human column names, never snake_case; numbers right, text left
+    headers = re.findall(r"<th class='(\w+)'[^>]*>([^<]*)</th>", html)
+    assert headers and not [h for _, h in headers if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h)]
+    assert ("number", "PRs authored") in headers and ("text", "worker") in headers
+    # durations read as durations, money in one format
+    assert "<td class='duration'>1.60 h</td>" in html and "<td class='duration'>40 min</td>" in html
+    amounts = re.findall(r"\$[^\s<|]*", md)
+    assert amounts and all(re.fullmatch(r"\$\d{1,3}(,\d{3})*\.\d\d", a) for a in amounts), amounts
+    # the claims table says what was claimed
+    assert "claim wc again: textkit/commands/wc.py and docs/wc.md" in md
+    # roles: the thresholds exactly as computed (5 workers, 2 peer merges, 4 peer reviews)
+    assert ("integrator**: merged at least 2 peers' PRs (the larger of 2 and 2 × 2 peer merges / 5 workers, "
+            "rounded up)") in md
+    assert "reviewed at least 2 peers' PRs (the larger of 2 and 2 × 4 peer reviews / 5 workers" in md
+    assert "| w005 | idle | idle |" in md  # the idle worker is listed
+
+
+def test_every_column_has_a_human_name():
+    answers = report.analyse(FIXTURES / "run_small")
+    missing = {(q, c) for q, a in answers.answers.items() for c in a.cols if c not in LABELS}
+    assert not missing
+
+
+def test_an_unpriced_run_says_its_cost_is_agent_reported(tmp_path):
+    run = tmp_path / "run_small"
+    shutil.copytree(FIXTURES / "run_small", run)
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps(cfg | {"harness": "cmd:my-agent"}))
+    out = tmp_path / "report"
+    report.write_report([FIXTURES / "run_small", run], out)
+    md = (out / "report.md").read_text()
+    assert "| run_small | claude | 5 | 1.67 h | 70% | 33 min | 67 min | – | – | 6 | 4 | 2 | $4.51 | $1.13 |" in md
+    assert "| run_small-2 | cmd:my-agent | 5 | 1.67 h | 70% | 33 min | 67 min | – | – | 6 | 4 | 2 | $0.50 † | $0.12 † |" in md
+    assert "† Agent-reported cost: the price table has no row for the harness of run_small-2 (harness cmd:my-agent)" in md
+
+
+def test_milestones_are_a_report_setting(tmp_path, capsys):
+    out = tmp_path / "report"
+    report.main([str(FIXTURES / "run_small"), "--out", str(out), "--milestones", "10,60"])
+    md = (out / "report.md").read_text()
+    assert "| time to 10% | time to 60% |" in md
+    assert "| 10% | 17 min | 2 | 10 |" in md and "| 60% | 67 min | 6 | 10 |" in md
+    with pytest.raises(SystemExit):
+        report.main([str(FIXTURES / "run_small"), "--out", str(out), "--milestones", "50,150"])
+    assert "--milestones takes percentages in (0, 100]" in capsys.readouterr().err
 
 
 def test_report_help_explains_itself(capsys):
@@ -82,12 +148,15 @@ def test_report_on_a_fresh_demo_run(fresh_demo_run, tmp_path):
     out = tmp_path / "report"
     report.write_report([run_dir], out)
     check_report(out, runs=1)
+    if CHROMIUM:  # tests/test_analysis_browser.py says when it is missing
+        seen = layout(out / "report.html", 1400)
+        assert seen["too_wide"] == 0, seen["offenders"]
     answers = report.analyse(run_dir)
     merges = answers.answers["merges"].one()
     assert merges["opened"] == summary["prs_opened"] and merges["merged"] == summary["prs_merged"]
     assert merges["merge_conflicts"] == summary["merge_conflicts"]
-    assert answers.answers["score_milestones"].one()["final_pass_rate"] == pytest.approx(summary["score"])
     assert len(answers.answers["roles"].rows) == 3
+    assert answers.answers["final_score"].one()["final_pass_rate"] == pytest.approx(summary["score"])
     assert summary["prs_opened"] > 0, "the run opened no PR: nothing below can be checked"
     hot = answers.answers["hotspots"].dicts()
     assert hot and hot[0]["prs"] >= 1, "the forge snapshots each PR's diff (table pr_changes)"

@@ -75,6 +75,19 @@ def test_detail_limit(board):
         board.write(e(detail="d" * 9001))
 
 
+def test_text_is_one_line_and_detail_keeps_its_lines_with_control_characters_escaped(board):
+    for text, what in (("a\nb", r"a line break \(\\n\) at position 1"), ("\x1b[2J", r"an escape character"),
+                       ("a\u2029", "a paragraph separator"), ("\x85next", r"a control character \(\\x85\)")):
+        with pytest.raises(BoardError, match=f"^FACT text must be one line without control characters; it has {what}"):
+            board.write(e(text=text))
+    got = board.write(e(text="a no-break\u00a0space is text", detail="a\r\nb\tc\rd\x1b[0m\x00"))
+    assert board.unfold(got.seq).detail == "a\nb\tc\\rd\\x1b[0m\\x00"
+    with pytest.raises(BoardError, match="^detail is 8003 characters once its control characters are escaped; the "
+                                         "limit is 8000$"):
+        board.write(e(detail="d" * 7999 + "\x00"))
+    assert board.last_seq == got.seq  # nothing refused was written
+
+
 def test_empty_text(board):
     for text in ("", "   "):
         with pytest.raises(BoardError, match="empty"):
@@ -279,10 +292,12 @@ def test_grep_type_limit_and_cap(tmp_path):
     b.write_batch([e("FAIL" if i % 2 else "FACT", f"item {i}") for i in range(3000)])
     hits = b.grep("item", limit=5)
     assert [x.seq for x in hits] == [3000, 2999, 2998, 2997, 2996]
-    assert len(b.grep("item", limit=100)) == 7
+    assert len(b.grep("item", limit=7)) == 7
     assert [x.seq for x in b.grep(r"item \d+", limit=3, type="fail")] == [3000, 2998, 2996]
-    assert [x.seq for x in b.grep(r"item 1\d$", limit=50)] == list(range(20, 13, -1))  # capped at 7
-    assert b.grep("item", limit=0) == []
+    assert [x.seq for x in b.grep(r"item 1\d$", limit=7)] == list(range(20, 13, -1))
+    for bad in (0, -5, 8, 2.5, True, "3"):  # refused, naming the argument and its range
+        with pytest.raises(BoardError, match=rf"^limit must be a whole number from 1 to 7, not {bad!r}$"):
+            b.grep("item", limit=bad)
     with pytest.raises(BoardError, match="unknown entry type"):
         b.grep("item", type="FACTS")
 
@@ -301,31 +316,45 @@ def test_grep_unfold_roundtrip(grepboard):
 
 
 def test_grep_matches_reference_scan(tmp_path):
-    """Block layout, prefilter and fallback agree with a naive per-entry scan."""
+    """Block layout, prefilter, windowed scan and per-entry scan agree with RE2 run on each entry alone."""
     import random
-    import re
+
+    import re2
 
     rnd = random.Random(7)
-    words = ["alpha", "Beta", "GAMMA", "delta42", "x", "ÉCOLE", "straße", "K-dim", "İstanbul", "end\n"]
+    words = ["alpha", "Beta", "GAMMA", "delta42", "x", "ÉCOLE", "straße", "K-dim", "İstanbul", "ſun", "\u212aelvin"]
     b = Board(tmp_path / "b.jsonl")
+    small = Board(tmp_path / "small-steps.jsonl", BoardLimits(grep_step_work=2000))  # RE2 scans a few entries a call
     entries = []
     for i in range(2 * BLOCK + 37):
         text = " ".join(rnd.choice(words) for _ in range(rnd.randint(1, 6))).strip() or "w"
-        detail = " ".join(rnd.choice(words) for _ in range(3)) if rnd.random() < 0.3 else None
+        text += " zebra9 x" if rnd.random() < 0.005 else ""  # a literal rare enough to check entries one by one
+        detail = " ".join(rnd.choice([*words, "end\n"]) for _ in range(3)) if rnd.random() < 0.3 else None
         entries.append(e(rnd.choice(["FACT", "FAIL"]), text[:100], detail=detail))
     written = b.write_batch(entries)
+    assert [x.seq for x in small.write_batch(entries)] == [x.seq for x in written]
     full = {w.seq: w.text + ("\n" + w.detail if w.detail else "") for w in written}
     types = {w.seq: w.type.value for w in written}
-    patterns = ["alpha", "beta gamma", r"delta\d+", r"^gamma", r"ta$", r"é", "ÉCOLE", r"[a-z]+42", r"\d", r"a.b", "k-dim", "istanbul", r"x\s+x", r"end\nalpha",
-                r"alpha|gamma", r"(beta|x\s)", r"straße|k-d", r"GAMMA|delta4|x$"]
+    patterns = ["alpha", "beta gamma", r"delta\d+", r"^gamma", r"ta$", r"é", "ÉCOLE", r"[a-z]+42", r"\d", r"a.b",
+                "k-dim",
+                "istanbul", r"x\s+x", r"end\nalpha", r"alpha|gamma", r"(beta|x\s)", r"straße|k-d", r"GAMMA|delta4|x$",
+                r"\Aalpha", r"x\z", r"[[:upper:]]{5}", r"[[:digit:]]2 x", "sun", "kelvin", r"(a|a)+$", r"\bx\b", "",
+                r"$", r"^", r"\n", r"ÉCOLE\s+\w", r"ß\b", "é x", r"zebra\d", r"zebra9\s+x$", r"\bzebra9 x"]
+    opts = re2.Options()
+    opts.case_sensitive = False
     for pat in patterns:
         for regex in (True, False):
+            if not pat:
+                continue
+            cre = re2.compile("(?m)" + (pat if regex else re2.escape(pat)), opts)
             for t in (None, "FAIL"):
-                cre = re.compile(pat if regex else re.escape(pat), re.I | re.M)
-                want = [s for s in sorted(full, reverse=True) if cre.search(full[s]) and (t is None or types[s] == t)][:500]
+                want = [s for s in sorted(full, reverse=True)
+                        if cre.search(full[s]) and (t is None or types[s] == t)][:500]
                 got = [x.seq for x in b.grep(pat, regex=regex, limit=500, type=t)]
                 assert got == want, (pat, regex, t)
+                assert [x.seq for x in small.grep(pat, regex=regex, limit=500, type=t)] == want, (pat, regex, t)
     b.close()
+    small.close()
 
 
 def test_blocks_survive_reload(tmp_path):
@@ -340,12 +369,26 @@ def test_blocks_survive_reload(tmp_path):
     b.close()
 
 
-def test_grep_refuses_nested_repeats(board):
-    for pat in (r"(a+)+$", r"(x*y*)*z", r"(?:\w+\s?)+done", r"(a|b+)*"):
-        with pytest.raises(BoardError, match="repeats a repetition"):
+def test_grep_runs_backtracking_patterns_in_linear_time_and_refuses_what_re2_cannot_run(board):
+    board.write_batch([e(text="a" * 99 + "!"), e(text="a" * 26 + "!")])
+    for pat in (r"(a+)+$", r"(x*y*)*z", r"(?:\w+\s?)+done", r"(a|b+)*!", r"(a|a)+$", r"(.*a){12}$"):
+        board.grep(pat)  # RE2: linear in the text, whatever the pattern
+    assert [x.seq for x in board.grep(r"(a|a)+!$")] == [2, 1]
+    for pat, construct in ((r"(a)\1", "a backreference"), (r"(?P<x>a)(?P=x)", "a backreference"),
+                           (r"x(?=y)", r"a lookahead \(\?=\.\.\.\)"), (r"x(?!y)", "a negative lookahead"),
+                           (r"(?<=x)y", "a lookbehind"), (r"(?<!x)y", "a negative lookbehind"),
+                           (r"(?>a+)+", "an atomic group"), (r"a++", "a possessive quantifier"),
+                           (r"(a)?(?(1)b|c)", "a conditional group")):
+        with pytest.raises(BoardError, match=rf"^pattern '.*' uses {construct}.*, which the board's regex engine "
+                                             r"\(RE2, linear time\) does not support"):
             board.grep(pat)
-    for pat in (r"(ab)+", r"a+b+", r"(?:fail|error){2}", r"(?>a+)+"):
-        board.grep(pat)  # fine
+    with pytest.raises(BoardError, match=r"^invalid pattern 'tac\\\\Z': invalid escape sequence: \\Z \(write \\z for"):
+        board.grep(r"tac\Z")
+    with pytest.raises(BoardError, match=r"too complex for the board \(an RE2 program of [\d,]+ instructions; "
+                                         r"the limit is 2,500\)"):
+        board.grep(r"(?:\pL\pN){3}")
+    with pytest.raises(BoardError, match="grep pattern is 1,001 characters; the limit is 1,000"):
+        board.grep("x" * 1001)
 
 
 def test_alternation_uses_the_literal_index():

@@ -1,6 +1,6 @@
 """The board actor through its facade, across processes: the blocking and async methods over Ray,
 pickling, the named actor, and crash safety under SIGKILL. What the service and the client do on
-their own (group commit, long poll, sliced grep, the fed view) is tested without Ray in
+their own (group commit, long poll, grep budget, the fed view) is tested without Ray in
 tests/test_board_service.py."""
 
 from __future__ import annotations

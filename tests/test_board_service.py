@@ -1,10 +1,12 @@
 """The board service and its client without Ray: BoardClient(BoardService(...)) in one event loop, real
-files. Group commit, the long poll, the sliced grep and its budget, the client's recent-view copy
+files. Group commit, the long poll, the grep in its thread and its budget, the client's recent-view copy
 (fetched by delta, fed by deliveries) and request-id idempotency."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -99,19 +101,25 @@ async def test_wait_since_wakes_on_a_write(service):
 
 
 async def test_slow_grep_is_stopped_at_its_budget_while_writes_go_on(tmp_path):
+    import random
+
     svc = BoardService(str(tmp_path / "b.jsonl"), limits=BoardLimits(grep_budget_s=0.05))
     client = BoardClient(svc)
     try:
-        words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda"
-        await svc.write_acks([wire_request(e(f"{words} {i}")) for i in range(30 * 1024)])
-        grep = asyncio.create_task(client.agrep(r"(?:[a-z]+ ){3}[xyz]{3}"))  # no literal: a regex scan
+        rnd = random.Random(5)  # text on which RE2's DFA gives up for this pattern: its slowest speed
+        await svc.write_acks([wire_request(e("".join(rnd.choice("ab") for _ in range(90)))) for i in range(30 * 1024)])
+        t0 = time.monotonic()
+        grep = asyncio.create_task(client.agrep(r"[ab]*a[ab]{20}c"))  # no literal: a regex scan
         writes = 0
-        while not grep.done():  # the search runs in slices: writes are served in between
+        while not grep.done():  # the search runs in a thread: writes are served meanwhile
             await client.awrite(e(f"written during the grep {writes}"))
             writes += 1
-        with pytest.raises(BoardError, match=r"^grep '.*' stopped after 0.05 s having searched the newest "
-                                             r"[\d,]+ of 30,7\d\d entries; a pattern with a plain word"):
+        took = time.monotonic() - t0
+        with pytest.raises(BoardError, match=r"^grep '.*' stopped after \d+\.\d\d s having searched the newest "
+                                             r"[\d,]+ of 30,720 entries; a pattern with a plain word") as ei:
             grep.result()
+        said = float(re.search(r"stopped after (\S+) s", str(ei.value)).group(1))
+        assert 0.05 <= said <= took + 0.01  # the time it really ran (to the hundredth it prints)
         assert writes >= 1
         assert [x.text for x in await client.agrep("during the grep", regex=False, limit=1)] == [
             f"written during the grep {writes - 1}"]
@@ -119,16 +127,40 @@ async def test_slow_grep_is_stopped_at_its_budget_while_writes_go_on(tmp_path):
         svc.close()
 
 
-async def test_grep_with_no_budget_answers_within_its_first_block(tmp_path):
+async def test_grep_with_no_budget_is_answered_at_once_and_its_thread_stops(tmp_path):
     svc = BoardService(str(tmp_path / "b.jsonl"), limits=BoardLimits(grep_budget_s=0.0))
     try:
         await svc.write_acks([wire_request(e(f"entry {i}")) for i in range(3000)])
+        t0 = time.monotonic()
         err = await svc.grep(r"[xyz]{3}\d")
         assert isinstance(err, BoardError)
-        assert str(err) == (  # the newest block holds 3,000 - 2 x 1,024 entries
-            "grep '[xyz]{3}\\\\d' stopped after 0 s having searched the newest 952 of 3,000 entries; a pattern with "
-            "a plain word in it (or regex=false) searches an index and is fast")
-        assert [x.seq for x in await svc.grep("entry", limit=2)] == [3000, 2999]  # done inside the first block
+        took = time.monotonic() - t0
+        start, said, searched, rest = re.fullmatch(
+            r"(.*) stopped after (\d+\.\d\d) s having searched the newest ([\d,]+) of (.*)", str(err)).groups()
+        assert start == "grep '[xyz]{3}\\\\d'" and float(said) <= took + 0.01
+        assert int(searched.replace(",", "")) in (0, 952, 1976, 3000)  # whole blocks: 3,000 - 2 x 1,024, ...
+        assert rest == ("3,000 entries; a pattern with a plain word in it (or regex=false) searches an index and "
+                        "is fast")
+        await await_for(lambda: svc._greps_running == 0, 30, "the grep's thread to stop")
+    finally:
+        svc.close()
+
+
+async def test_grep_is_answered_at_its_budget_while_its_thread_is_inside_one_long_regex_call(tmp_path):
+    import random
+
+    svc = BoardService(str(tmp_path / "b.jsonl"), limits=BoardLimits(grep_budget_s=0.02))
+    try:
+        rnd = random.Random(7)  # 8,000 characters of a and b: RE2's DFA gives up, one entry costs it ~0.2-0.5 s
+        await svc.write_acks([wire_request(e(f"ab {i}", detail="".join(rnd.choice("ab") for _ in range(8000))))
+                              for i in range(40)])
+        pattern = r"[ab]*a[ab]{600}c|[ab]*b[ab]{600}d|[ab]*a[ab]{600}d|[ab]*b[ab]{550}c"  # an RE2 call per entry
+        err = await svc.grep(pattern)
+        assert (await svc.info())["greps_running"] == 1  # answered while the thread is still inside its first RE2 call
+        assert re.fullmatch(r"grep '.*' stopped after \d+\.\d\d s having searched the newest 0 of 40 entries; .*",
+                            str(err)), err
+        await await_for(lambda: svc._greps_running == 0, 30, "the grep's thread to stop after that call")
+        assert (await svc.info())["greps_started"] == 1
     finally:
         svc.close()
 

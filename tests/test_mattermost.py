@@ -103,7 +103,7 @@ def test_dm_over_the_websocket_is_delivered_mid_turn(chat, mm_env, tmp_path):
         host.deliver(fan.split("chat", [msg])["h000"], {"chat": msg.seq})
         assert host.backend.pending_urgent("w002") == ""
         urgent = host.backend.pending_urgent("w001")
-        assert "[DM from w003] stop: upper is already merged" in urgent
+        assert '[DM from w003] "stop: upper is already merged"' in urgent
         assert host.backend.pending_urgent("w001") == "", "delivered once"
     finally:
         host.trace.close()

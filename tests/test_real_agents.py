@@ -206,7 +206,7 @@ async def test_copilot_killed_mid_turn_is_restarted_and_resumes(
     resumed = fake.wait_for(lambda r: r.turn == 1 and r.step == 0, 1)
     prompt = [m.text for m in resumed.messages if m.kind == "prompt"][-1]
     if restore == "handoff":
-        assert "could not be restored" in prompt and "CLAIM w001: claim upper" in prompt
+        assert "could not be restored" in prompt and 'CLAIM w001: "claim upper' in prompt
         assert len([m for m in resumed.messages if m.kind == "prompt"]) == 1  # a new conversation
     else:
         assert "board_write" in json.dumps(resumed.body["messages"])  # the old conversation came back

@@ -55,7 +55,7 @@ async def test_bad_board_entries_get_clear_errors_and_nothing_else_is_lost(host)
     after = await call(host, "board_write", type="CLAIM", text="claim lower")
     assert after.startswith("written: #2 CLAIM")
     board = await call(host, "board_read")
-    assert board.splitlines() == ["#1 FACT w001: upper keeps the trailing newline", "#2 CLAIM w001: claim lower"]
+    assert board.splitlines() == ['#1 FACT w001: "upper keeps the trailing newline"', '#2 CLAIM w001: "claim lower"']
     grep = await call(host, "board_grep", pattern="(")
     assert grep.startswith("ERROR:") and "invalid pattern" in grep
 

@@ -1,12 +1,12 @@
 """The board: typed, append-only, durable entries that every worker reads and writes (DESIGN.md, "Board").
 
     limits.py   BoardLimits (sizes, recent view, CLAIM TTL, grep bounds) and the entry type codes
-    query.py    what a grep pattern means: case folding, regex analysis, refused patterns
+    query.py    what a grep pattern means: RE2, case folding, literal prefilter, refused patterns
     columns.py  the in-memory columnar layout and search blocks
     search.py   the grep walk over the blocks, in steps
     store.py    Board: validation, numbering, durability (AppendLog), reads, recent view + delta, grep
     view.py     the recent view as a reader keeps it: apply_recent_delta, RecentView (fed by deliveries)
-    service.py  BoardService: one Board served on an event loop (group commit, long poll, sliced grep)
+    service.py  BoardService: one Board served on an event loop (group commit, long poll, grep in a thread)
     client.py   BoardClient: how a process uses the board over any awaited remote
 
 The wire forms (Row, EntryFields, Ack, RecentDelta) are in `agensh_ray.wire`; the Ray actor and

@@ -214,10 +214,10 @@ class BoardClient:
         return (r.fetches, r.rows) if r is not None else (0, 0)
 
     async def asince(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
-        return as_entries(await self.remote.since_rows(cursor, limit))
+        return as_entries(raise_if_error(await self.remote.since_rows(cursor, limit)))
 
     async def await_since(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[BoardEntry]:
-        return as_entries(await self.remote.wait_since_rows(cursor, timeout_s, limit))
+        return as_entries(raise_if_error(await self.remote.wait_since_rows(cursor, timeout_s, limit)))
 
     async def agrep(
         self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None

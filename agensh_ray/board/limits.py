@@ -39,5 +39,10 @@ class BoardLimits(BaseModel):
     grep_limit_max: int = 500
     """Upper bound for `grep(limit=...)`."""
     grep_budget_s: float = 3.0
-    """Wall seconds one grep may take in the BoardActor before it is stopped with an error that says
-    how far it got (a pattern without a literal word scans the whole history with the regex)."""
+    """Wall seconds after which a grep's caller is answered, at the latest, with an error that says how
+    long it ran and how far it got (a pattern without a literal word scans the whole history with the
+    regex); its thread stops after the RE2 call it is in."""
+    grep_step_work: int = Field(default=2_000_000, ge=1)
+    """Work of one grep step, in characters searched by the regex times the size of its RE2 program:
+    a search is checked against its budget between steps (the default is about 60 ms of RE2 at its
+    slowest, a pattern that defeats its DFA; far less for an ordinary pattern)."""

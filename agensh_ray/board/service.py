@@ -7,9 +7,10 @@ blocked. An entry becomes visible to readers (recent/since/wait_since/grep/unfol
 batch is durable, and seqs are assigned in commit order. The `board` trace rows of the committed
 entries are written while the next fsync runs.
 
-Reads answer from memory; `wait_since_rows` is a long poll woken by the next commit; a long grep runs
-in slices of a few milliseconds on the event loop, so writes go on meanwhile, and is stopped after
-`grep_budget_s` with a refusal that says how far it got.
+Reads answer from memory; `wait_since_rows` is a long poll woken by the next commit; a grep runs in a
+thread of its own in steps of bounded work (its regexes are RE2: linear time, and matching releases the
+GIL), so writes go on meanwhile; its caller is answered at `grep_budget_s` at the latest, with a refusal
+that says how long it ran and how far it got, and its thread stops after the RE2 call it is in.
 
 Every method is async and returns `BoardError` instead of raising it: a refusal crosses a process
 boundary as a value, and the client (`agensh_ray.board.client`) raises it again with the board's
@@ -21,15 +22,18 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from agensh_ray.board.limits import BoardLimits
 from agensh_ray.board.store import Board
 from agensh_ray.errors import BoardError
+from agensh_ray.inputs import whole_number
 from agensh_ray.models import BoardEntry
 from agensh_ray.trace import BoardRow, TraceWriter
 from agensh_ray.wire import RecentDelta, Row
@@ -41,8 +45,30 @@ assert _BOARD_TRACE_FIELDS | {"run_id", "schema_version"} == set(BoardRow.model_
     "BoardService._trace_backlog must write BoardRow's columns"
 )
 
-GREP_SLICE_S = 0.004
-"""A long grep yields the event loop this often (seconds), so a write waits at most about this long."""
+GREP_THREADS = 2
+"""Greps that run at once (each in a thread; more wait their turn, their budget running; a thread whose
+caller was answered at the budget is busy until its current RE2 call ends)."""
+
+
+class _Search:
+    """One grep's steps as its thread runs them: how far it got, and a flag that stops it between steps."""
+
+    def __init__(self, steps: Generator[int, None, list[int]], deadline: float) -> None:
+        self.steps = steps
+        self.deadline = deadline
+        self.searched = 0
+        self.stop = threading.Event()
+
+    def run(self) -> list[int] | None:
+        """Run the steps until done (the hits), or until stopped or past the deadline (None), checked
+        before each step: a search that waited for a thread past its caller's answer does not start."""
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            try:
+                self.searched = next(self.steps)
+            except StopIteration as done:
+                return done.value
+        self.steps.close()
+        return None
 
 
 class BoardService:
@@ -84,6 +110,9 @@ class BoardService:
         """Inside-the-service latency of the latest write calls (queue + fsync), for `info`."""
         self._untraced: list[Row] = []
         """Committed entries whose `board` trace rows are not written yet (written during the next fsync)."""
+        self._grep_pool: ThreadPoolExecutor | None = None
+        self._greps_started = 0
+        self._greps_running = 0
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -174,20 +203,38 @@ class BoardService:
 
     # ------------------------------------------------------------ reads
 
-    async def recent(self, limit: int | None = None) -> list[BoardEntry]:
-        return self.board.recent(limit)
+    async def recent(self, limit: int | None = None) -> list[BoardEntry] | BoardError:
+        try:
+            return self.board.recent(limit)
+        except BoardError as exc:
+            return exc
 
-    async def since(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
-        return self.board.since(cursor, limit)
+    async def since(self, cursor: int, limit: int = 1000) -> list[BoardEntry] | BoardError:
+        try:
+            return self.board.since(cursor, limit)
+        except BoardError as exc:
+            return exc
 
-    async def since_rows(self, cursor: int, limit: int = 1000) -> list[Row]:
-        return self.board.since_rows(cursor, limit)
+    async def since_rows(self, cursor: int, limit: int = 1000) -> list[Row] | BoardError:
+        try:
+            return self.board.since_rows(cursor, limit)
+        except BoardError as exc:
+            return exc
 
-    async def wait_since(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[BoardEntry]:
-        return [r.entry() for r in await self.wait_since_rows(cursor, timeout_s, limit)]
+    async def wait_since(
+        self, cursor: int, timeout_s: float = 30.0, limit: int = 1000
+    ) -> list[BoardEntry] | BoardError:
+        rows = await self.wait_since_rows(cursor, timeout_s, limit)
+        return rows if isinstance(rows, BoardError) else [r.entry() for r in rows]
 
-    async def wait_since_rows(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[Row]:
+    async def wait_since_rows(
+        self, cursor: int, timeout_s: float = 30.0, limit: int = 1000
+    ) -> list[Row] | BoardError:
         """Entries with seq > cursor as soon as there are any, or [] after timeout_s."""
+        try:
+            whole_number(limit, "limit", 1, None, BoardError)
+        except BoardError as exc:
+            return exc
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, float(timeout_s))
         while self.board.last_seq <= cursor:
@@ -206,32 +253,45 @@ class BoardService:
     async def grep(
         self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
     ) -> list[BoardEntry] | BoardError:
-        """Runs in slices of about GREP_SLICE_S on the event loop, so writes and reads go on during a
-        long search; stopped after `grep_budget_s`."""
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        budget = self.board.limits.grep_budget_s
-        slice_end = t0 + GREP_SLICE_S
+        """Runs in steps of bounded work in a thread of its own (RE2 releases the GIL while it matches),
+        so writes and reads go on meanwhile on the event loop. Answered at `grep_budget_s` (counted from
+        this call) at the latest, with a refusal that says how long it ran and how far it got; the
+        thread stops after the RE2 call it is in (one entry at most)."""
+        t0 = time.monotonic()
+        self._greps_started += 1
+        total = len(self.board)
         try:
             steps = self.board.grep_steps(pattern, regex=regex, limit=limit, type=type)
-            while True:
-                try:
-                    searched = next(steps)
-                except StopIteration as done:
-                    return done.value
-                now = loop.time()
-                if now - t0 > budget:
-                    total = len(self.board)
-                    return BoardError(
-                        f"grep {pattern!r} stopped after {budget:g} s having searched the newest {searched:,} of "
-                        f"{total:,} entries; a pattern with a plain word in it (or regex=false) searches an index "
-                        "and is fast"
-                    )
-                if now >= slice_end:
-                    await asyncio.sleep(0)
-                    slice_end = loop.time() + GREP_SLICE_S
         except BoardError as exc:
             return exc
+        if self._grep_pool is None:
+            self._grep_pool = ThreadPoolExecutor(GREP_THREADS, thread_name_prefix="board-grep")
+        budget = self.board.limits.grep_budget_s
+        search = _Search(steps, t0 + budget)
+        self._greps_running += 1
+        fut = asyncio.get_running_loop().run_in_executor(self._grep_pool, search.run)
+        fut.add_done_callback(self._grep_done)
+        try:
+            hits = await asyncio.wait_for(asyncio.shield(fut), max(0.0, t0 + budget - time.monotonic()))
+        except asyncio.TimeoutError:
+            search.stop.set()  # its thread ends after its current step; the caller is answered now
+            hits = None
+        except asyncio.CancelledError:
+            search.stop.set()
+            raise
+        if hits is None:
+            return BoardError(
+                f"grep {pattern!r} stopped after {time.monotonic() - t0:.2f} s having searched the newest "
+                f"{search.searched:,} of {total:,} entries; a pattern with a plain word in it (or regex=false) "
+                "searches an index and is fast"
+            )
+        return self.board.entries(hits)
+
+    def _grep_done(self, fut: asyncio.Future[Any]) -> None:
+        """A grep's thread has ended (answered, or stopped after its caller was)."""
+        self._greps_running -= 1
+        if not fut.cancelled():
+            fut.exception()  # retrieved: a search that failed after its caller was answered is not logged
 
     async def unfold(self, seq: int) -> BoardEntry | BoardError:
         try:
@@ -253,6 +313,8 @@ class BoardService:
         if self._trace is not None:
             self._trace_backlog()
             self._trace.close()
+        if self._grep_pool is not None:
+            self._grep_pool.shutdown(wait=False, cancel_futures=True)
         self.board.close()
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
@@ -274,6 +336,8 @@ class BoardService:
             "gc_pauses": len(self._gc_ms),
             "gc_pause_max_ms": round(max((ms for _, ms in self._gc_ms), default=0.0), 2),
             "gc_gen2_pauses": sum(1 for g, _ in self._gc_ms if g == 2),
+            "greps_started": self._greps_started,
+            "greps_running": self._greps_running,
         }
 
 

@@ -29,6 +29,7 @@ from agensh_ray.board.limits import CLAIM_CODE, TYPE_CODE, VALID_TYPES, BoardLim
 from agensh_ray.board.query import compile_query
 from agensh_ray.board.search import search_steps
 from agensh_ray.errors import BoardError
+from agensh_ray.inputs import escape_controls, one_line_problem, whole_number
 from agensh_ray.models import BoardEntry, BoardEntryIn
 from agensh_ray.wire import Ack, EntryFields, RecentDelta, Row
 
@@ -163,8 +164,16 @@ class Board:
             raise BoardError(f"{t} text is empty; write one line of at most {tmax} characters (details go in detail)")
         if len(text) > tmax:
             raise BoardError(f"{t} text is {len(text)} characters; the limit is {tmax} (put the rest in detail)")
-        if detail is not None and (not isinstance(detail, str) or len(detail) > self.limits.detail_max):
-            raise BoardError(f"detail is {len(detail)} characters; the limit is {self.limits.detail_max}")
+        if (bad := one_line_problem(text)) is not None:
+            raise BoardError(f"{t} text must be one line without control characters; it has {bad} "
+                             "(put more lines in detail)")
+        if detail is not None:
+            if not isinstance(detail, str) or len(detail) > self.limits.detail_max:
+                raise BoardError(f"detail is {len(detail)} characters; the limit is {self.limits.detail_max}")
+            detail = escape_controls(detail)
+            if len(detail) > self.limits.detail_max:
+                raise BoardError(f"detail is {len(detail)} characters once its control characters are escaped; "
+                                 f"the limit is {self.limits.detail_max}")
         for name, value in (("text", text), ("detail", detail), ("worker_id", worker), ("request_id", rid)):
             if value is None or value.isascii():
                 continue
@@ -273,10 +282,11 @@ class Board:
         return int((self.clock() - self.limits.claim_ttl_s) * 1e6)
 
     def recent(self, limit: int | None = None) -> list[BoardEntry]:
-        """The newest entries (at most `recent_limit`), oldest first, without expired CLAIMs or details."""
-        cap = self.limits.recent_limit if limit is None else min(int(limit), self.limits.recent_limit)
-        if cap <= 0:
-            return []
+        """The newest entries (at most `limit`, 1 or more, capped at `recent_limit`), oldest first, without
+        expired CLAIMs or details."""
+        cap = self.limits.recent_limit
+        if limit is not None:
+            cap = min(whole_number(limit, "limit", 1, None, BoardError), cap)
         cutoff = self._claim_cutoff()
         cols = self._cols
         ts, types = cols.ts, cols.type
@@ -314,16 +324,14 @@ class Board:
 
     def since_rows(self, cursor: int, limit: int = 1000) -> list[Row]:
         """`since` as rows (what the service sends to routers)."""
-        if limit <= 0:
-            return []
+        whole_number(limit, "limit", 1, None, BoardError)
         cols = self._cols
         lo = bisect_right(cols.seq, cursor)
         return [cols.row(i) for i in range(lo, min(len(cols), lo + limit))]
 
     def since(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
-        """Entries with seq > cursor, oldest first, at most `limit`, without details."""
-        if limit <= 0:
-            return []
+        """Entries with seq > cursor, oldest first, at most `limit` (1 or more), without details."""
+        whole_number(limit, "limit", 1, None, BoardError)
         cols = self._cols
         lo = bisect_right(cols.seq, cursor)
         return [cols.entry(i) for i in range(lo, min(len(cols), lo + limit))]
@@ -337,6 +345,7 @@ class Board:
 
     def unfold(self, seq: int) -> BoardEntry:
         """One entry with its detail."""
+        whole_number(seq, "seq", 1, None, BoardError)
         cols = self._cols
         i = bisect_right(cols.seq, seq) - 1
         if i < 0 or cols.seq[i] != seq:
@@ -348,24 +357,26 @@ class Board:
     def grep(self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None) -> list[BoardEntry]:
         """Search text and detail of the whole history, case-insensitively, newest first.
 
-        `regex=False` searches a plain substring. Returns at most `limit` entries
-        (capped at `grep_limit_max`), without details.
+        `regex=False` searches a plain substring; a regex is RE2 syntax (`agensh_ray.board.query`).
+        Returns at most `limit` entries (1 to `grep_limit_max`), without details.
         """
         steps = self.grep_steps(pattern, regex, limit, type)
         while True:
             try:
                 next(steps)
             except StopIteration as done:
-                return done.value
+                return self.entries(done.value)
 
     def grep_steps(
         self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
-    ) -> Generator[int, None, list[BoardEntry]]:
-        """`grep` in steps: yields the number of entries searched so far after each block of 1,024
-        (so a caller can interleave other work and stop a slow search); returns the hits.
+    ) -> Generator[int, None, list[int]]:
+        """`grep` in steps of bounded work (`agensh_ray.board.search`): yields the number of the newest
+        entries searched so far after each step (so a caller can stop a slow search); returns the
+        indexes of the hits, which `entries` makes into entries.
 
-        Safe against writes between steps: it searches the entries that existed when it started.
-        Raises BoardError (at the first step) for an invalid pattern or type.
+        Checks the request and lists what it will search now: BoardError for an invalid pattern, type
+        or limit is raised by this call. The steps read only what existed at this call, so they may run
+        in another thread while writes go on (`entries` must not: call it where the writes happen).
         """
         code: int | None = None
         if type is not None:
@@ -373,8 +384,11 @@ class Board:
             if t not in TYPE_CODE:
                 raise BoardError(f"unknown entry type {type!r}; valid types: {VALID_TYPES}")
             code = TYPE_CODE[t]
+        whole_number(limit, "limit", 1, self.limits.grep_limit_max, BoardError)
         q = compile_query(pattern, regex)
-        limit = min(int(limit), self.limits.grep_limit_max)
-        if limit <= 0:
-            return []
-        return (yield from search_steps(self._cols, q, limit, code))
+        return search_steps(list(self._cols.search_blocks()), self._cols, q, limit, code, self.limits.grep_step_work)
+
+    def entries(self, indexes: list[int]) -> list[BoardEntry]:
+        """The entries at these positions (what `grep_steps` returns), without details."""
+        entry = self._cols.entry
+        return [entry(i) for i in indexes]

@@ -18,6 +18,8 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable
 
+from agensh_ray.errors import BoardError
+from agensh_ray.inputs import whole_number
 from agensh_ray.models import BoardEntry, EntryType
 from agensh_ray.wire import RecentDelta, Row
 
@@ -165,5 +167,8 @@ class RecentView:
 
 
 def cut(view: list[BoardEntry], limit: int | None) -> list[BoardEntry]:
-    """The newest `limit` entries of a view (a copy of all of them without a limit)."""
-    return view[-limit:] if limit is not None and limit > 0 else ([] if limit is not None else list(view))
+    """The newest `limit` entries of a view (a copy of all of them without a limit); BoardError for a
+    limit below 1."""
+    if limit is None:
+        return list(view)
+    return view[-whole_number(limit, "limit", 1, None, BoardError):]

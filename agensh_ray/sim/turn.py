@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from agensh_ray.sim.agent import SimAgent, SimSession
 
 WORKER_RE = re.compile(r"worker id:\s*(w\d+)", re.I)
-CLAIM_RE = re.compile(r"^#(\d+) CLAIM (w\d+): claim ([\w-]+)", re.M)
-SUMMARY_RE = re.compile(r"^#\d+ PATCH_SUMMARY (w\d+): ([\w-]+):", re.M)
-RELEASE_RE = re.compile(r"^#\d+ FAIL (w\d+): release ([\w-]+)", re.M)
+CLAIM_RE = re.compile(r'^#(\d+) CLAIM (w\d+): "claim ([\w-]+)', re.M)
+SUMMARY_RE = re.compile(r'^#\d+ PATCH_SUMMARY (w\d+): "([\w-]+):', re.M)
+RELEASE_RE = re.compile(r'^#\d+ FAIL (w\d+): "release ([\w-]+)', re.M)
+"""An entry reads `#12 CLAIM w003: "claim tac: ..."` (agensh_ray.render.fmt_entry: the text quoted)."""
 CONFLICT_RE = re.compile(r"conflicts with main in \d+ file\(s\): (.+?)\.\s", re.S)
 PR_RE = re.compile(r"PR #(\d+)")
 

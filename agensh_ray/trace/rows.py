@@ -11,6 +11,7 @@ from __future__ import annotations
 import types
 import typing
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,6 +27,11 @@ class TraceRow(BaseModel):
     """Columns every table has."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)  # field docstrings document the trace (docs/trace.md)
+
+    identity: ClassVar[tuple[str, ...]] = ("event_id",)
+    # The columns that identify a row: rows equal there are copies of one event (written twice, by
+    # two writers or by a replay of a durable log), and the analysis views keep one of them. A row
+    # with an empty event_id has no identity: every such row is kept. (docs/trace.md shows it.)
 
     run_id: str = ""
     """The run this row belongs to (filled in by the writer)."""
@@ -78,7 +84,8 @@ class ForgeRow(TraceRow):
     pr: int | None = None
     """The pull request concerned; null for pushes to a branch with no PR."""
     pr_author: str | None = None
-    """Who opened that PR (so a peer merge is kind = 'pr_merged' AND worker_id <> pr_author)."""
+    """Who opened that PR, as the forge actor knew it when writing the row (null when its lookup failed): a
+    copy for convenience; the analysis takes a PR's author from whoever opened it (view `prs`)."""
     ref: str | None = None
     """Branch (or full ref for pushes) concerned."""
     detail: str = ""
@@ -137,6 +144,8 @@ class UsageRow(TraceRow):
 class DeliveryRow(TraceRow):
     """One row per event delivered to a worker (the worker_id): board entries, DMs, nudges, ..."""
 
+    identity: ClassVar[tuple[str, ...]] = ("event_id", "worker_id")  # one event reaches many workers
+
     kind: str
     """board | dm | channel | forge | nudge | share_findings | wind_down | summary."""
     priority: str
@@ -185,6 +194,9 @@ class PrChangeRow(TraceRow):
     rename only) gets one row with null line numbers. `worker_id` is the actor of the snapshot event.
     """
 
+    identity: ClassVar[tuple[str, ...]] = (  # a snapshot's rows share the event_id of its forge event
+        "event_id", "path", "status", "old_start", "old_lines", "new_start", "new_lines", "function")
+
     pr: int
     """The pull request."""
     pr_author: str | None = None
@@ -210,6 +222,8 @@ class PrChangeRow(TraceRow):
 class IntakeRow(TraceRow):
     """A webhook the router intake refused (bad or missing signature, body too large); nothing else is done
     with it. Written by the forge actor, which hosts the intake (services/forge/gitea/intake.py)."""
+
+    identity: ClassVar[tuple[str, ...]] = ("event_id", "ts", "source")  # a request without a delivery id: intake:-
 
     source: str
     """The sender's address."""

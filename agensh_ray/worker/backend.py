@@ -12,9 +12,11 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
+from agensh_ray.board import BoardLimits
 from agensh_ray.errors import AGENT_REFUSALS, ToolFailure
+from agensh_ray.inputs import whole_number
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
-from agensh_ray.render import render
+from agensh_ray.render import fmt_issue, render
 from agensh_ray.trace import ToolCallRow
 
 if TYPE_CHECKING:
@@ -22,6 +24,14 @@ if TYPE_CHECKING:
 
 PR_STATES = ("open", "merged", "closed", "all")
 VERDICTS = ("approve", "comment", "request_changes")
+_BOARD = BoardLimits()
+"""The board's default limits: the ranges the tools accept (a board with other limits refuses the rest
+with its own range)."""
+
+
+def _arg(value: object, name: str, hi: int | None = None) -> int:
+    """A tool's whole-number argument, 1 to `hi`, or a ToolFailure naming it and its range."""
+    return whole_number(value, name, 1, hi, ToolFailure)
 
 
 def _plain(exc: BaseException) -> str:
@@ -73,12 +83,15 @@ class ToolsBackend:
         return entry
 
     async def board_read(self, worker: str, limit: int) -> list[BoardEntry]:
-        return await self._call(self.services.board.arecent(max(1, min(limit, 2000))))
+        return await self._call(self.services.board.arecent(_arg(limit, "limit", _BOARD.recent_limit)))
 
     async def board_unfold(self, worker: str, seq: int) -> BoardEntry:
-        return await self._call(self.services.board.aunfold(seq))
+        return await self._call(self.services.board.aunfold(_arg(seq, "seq")))
 
     async def board_grep(self, worker: str, pattern: str, regex: bool, limit: int) -> list[BoardEntry]:
+        if not isinstance(regex, bool):
+            raise ToolFailure(f"regex must be true or false, not {regex!r}")
+        limit = _arg(limit, "limit", _BOARD.grep_limit_max)
         return await self._call(self.services.board.agrep(pattern, regex=regex, limit=limit))
 
     # -- chat -----------------------------------------------------------------------------
@@ -89,7 +102,7 @@ class ToolsBackend:
         return await self._call(self.services.chat.post(worker, text))
 
     async def read_messages(self, worker: str, limit: int) -> list[ChatMessage]:
-        return await self._call(self.services.chat.history(worker, limit))
+        return await self._call(self.services.chat.history(worker, _arg(limit, "limit")))  # the chat has the top
 
     # -- forge ----------------------------------------------------------------------------
     async def pr_create(self, worker: str, head: str, title: str, body: str) -> PullRequest:
@@ -101,19 +114,18 @@ class ToolsBackend:
         return await self._call(self.services.forge.pr_list(state))
 
     async def pr_view(self, worker: str, number: int) -> PullRequest:
-        return await self._call(self.services.forge.pr_view(number, True))
+        return await self._call(self.services.forge.pr_view(_arg(number, "number"), True))
 
     async def pr_review(self, worker: str, number: int, verdict: str, body: str) -> PullRequest:
         if verdict not in VERDICTS:
             raise ToolFailure(f"verdict must be approve, comment or request_changes, not {verdict!r}")
-        return await self._call(self.services.forge.pr_review(number, worker, verdict, body))
+        return await self._call(self.services.forge.pr_review(_arg(number, "number"), worker, verdict, body))
 
     async def pr_comment(self, worker: str, number: int, body: str) -> PullRequest:
-        return await self._call(self.services.forge.pr_comment(number, worker, body))
+        return await self._call(self.services.forge.pr_comment(_arg(number, "number"), worker, body))
 
     async def pr_merge(self, worker: str, number: int) -> PullRequest:
-        return await self._call(self.services.forge.pr_merge(number, worker))
+        return await self._call(self.services.forge.pr_merge(_arg(number, "number"), worker))
 
     async def issue_view(self, worker: str, number: int) -> str:
-        issue = await self._call(self.services.forge.issue_view(number))
-        return f"Issue #{issue.number} [{issue.state}] {issue.title}\n\n{issue.body}"
+        return fmt_issue(await self._call(self.services.forge.issue_view(_arg(number, "number"))))

@@ -19,7 +19,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from agensh_ray.applog import AppendLog
+from agensh_ray.errors import ChatError
+from agensh_ray.inputs import whole_number
 from agensh_ray.models import ChatMessage
+from agensh_ray.services.chat.rules import check_limit
 
 log = logging.getLogger(__name__)
 
@@ -80,16 +83,15 @@ class MessageLog:
         return self.messages[-1].seq if self.messages else 0
 
     def since(self, cursor: int, limit: int = 1000) -> list[ChatMessage]:
-        """Messages with seq > cursor, oldest first, at most `limit`."""
-        if limit <= 0:
-            return []
+        """Messages with seq > cursor, oldest first, at most `limit` (1 or more: ChatError otherwise)."""
+        whole_number(limit, "limit", 1, None, ChatError)
         i = bisect_right(self.messages, cursor, key=_seq)
         return self.messages[i : i + limit]
 
     def history(self, user: str, limit: int = 50) -> list[ChatMessage]:
-        """The newest channel posts and the DMs to or from `user`, oldest first."""
-        if limit <= 0:
-            return []
+        """The newest channel posts and the DMs to or from `user`, oldest first (at most `limit`, 1 to
+        MAX_HISTORY: ChatError otherwise)."""
+        limit = check_limit(limit)
         mine = [m for m in self.messages if m.to is None or m.to == user or m.sender == user]
         return mine[-limit:]
 

@@ -184,13 +184,13 @@ class MattermostChat(LoggedChat):
         return self.users[name]["token"]
 
     def post(self, sender: str, text: str) -> ChatMessage:
-        check_text(text)
+        text = check_text(text)
         p = self.client.call("POST", "/posts", self._token(sender), {"channel_id": self.channel_id, "message": text})
         return self._ingest(p)
 
     def dm(self, sender: str, to: str, text: str) -> ChatMessage:
         check_dm(sender, to, self.users)
-        check_text(text)
+        text = check_text(text)
         channel = self._dm_channel(sender, to)
         p = self.client.call("POST", "/posts", self._token(sender), {"channel_id": channel, "message": text})
         return self._ingest(p)

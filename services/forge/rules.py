@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import get_args
 
 from agensh_ray.errors import ForgeError
+from agensh_ray.inputs import one_line_problem
 from agensh_ray.models import ReviewVerdict
 
 PROTECTED_BRANCH = "main"
@@ -137,6 +138,8 @@ def check_cursor(cursor: int) -> None:
 def check_title(title: str | None) -> None:
     if not title or not title.strip():
         raise ForgeError("give the PR a title that says what it changes")
+    if (bad := one_line_problem(title)) is not None:  # a title shows on one line, in every PR list
+        raise ForgeError(f"a PR title is one line without control characters; it has {bad} (put the rest in the body)")
 
 
 def check_comment(body: str | None) -> None:
