@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -123,7 +124,10 @@ class Run:
             run_dir=rd, run_id=self.run_id, scheduling_strategy=self.on_head,
         )
         # by --forge/--chat name
-        self.chat, self.forge = make_services(self.cfg, self.run_dir, self.run_id, self.on_head)
+        # The forge keeps only hashes of its tokens; it makes them from this key, which stays in memory
+        # (and in the forge actor's arguments, so a restarted forge issues the same tokens).
+        self.chat, self.forge = make_services(self.cfg, self.run_dir, self.run_id, self.on_head,
+                                              forge_key=secrets.token_hex(32))
         ray.get(self.forge.init_repo.remote(str(starter), self.task.title, self.task.text()))
         ray.get([self.chat.add_user.remote(w) for w in self.workers])
         ray.get([self.forge.add_user.remote(w) for w in [*self.workers, "admin"]])

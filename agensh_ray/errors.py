@@ -23,6 +23,11 @@ class ForgeError(Exception):
     """Any forge refusal but a conflict (unknown PR, PR not open, bad branch...), worded for the agent."""
 
 
+class BadWebhook(ValueError):
+    """A signed webhook body without the shape the intake reads (not JSON, nested too deep, a field of the
+    wrong type); the message names the problem. The intake answers it with 400."""
+
+
 class MergeConflict(Exception):
     """A PR cannot merge cleanly; `files` lists the conflicting paths."""
 

@@ -123,7 +123,8 @@ class Issue(BaseModel):
 
 
 ForgeEventKind = Literal[
-    "push", "pr_opened", "pr_reviewed", "pr_commented", "pr_merged", "pr_closed", "merge_conflict", "push_rejected"
+    "push", "pr_opened", "pr_reviewed", "pr_commented", "pr_merged", "pr_closed", "merge_conflict", "merge_failed",
+    "push_rejected"
 ]
 
 

@@ -1,5 +1,6 @@
-"""A ThreadingHTTPServer on its own daemon thread: the git smart-HTTP server and
-the webhook intake both serve this way."""
+"""A ThreadingHTTPServer on its own daemon thread: the git smart-HTTP server
+serves this way (the webhook intake reads its clients on an asyncio loop
+instead: services/forge/gitea/intake.py)."""
 
 from __future__ import annotations
 

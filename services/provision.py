@@ -7,7 +7,11 @@ to read and to score; the run never holds the admin token), each with a
 scoped access token; the org and the repository seeded from the task's
 starter files with a real `git push`; issue #1 = the task text; branch
 protection on main (nobody pushes, 0 approvals, no status checks: PRs are
-the only way in); a webhook with a secret to the router intake.
+the only way in), one rule per worker's namespace `<worker>/**` (only that
+worker pushes there), one rule `**` for every other branch (nobody pushes
+there), every tag protected (services/README.md says what
+Gitea enforces of the embedded forge's rules and what it does not); a
+webhook with a secret to the router intake.
 Mattermost: the same users, a team, the task channel, a token per user.
 
 Tokens and passwords go to the secrets file only (mode 0600, written
@@ -45,6 +49,8 @@ TOKEN_NAME = "agensh"
 TOKEN_SCOPES = ["write:repository", "write:issue", "read:user", "read:organization"]
 DRIVER = ("admin", "agensh-driver")
 """(name in the run, login): the run's own account."""
+CATCH_ALL = "**"
+"""The branch protection rule of every branch no other rule names: nobody pushes there."""
 HOOK_EVENTS = ["push", "pull_request", "pull_request_sync", "pull_request_review", "pull_request_comment"]
 
 Say = Callable[[str], None]
@@ -246,7 +252,10 @@ class GiteaBootstrap:
                              {"permission": "write"})
 
     def protect_main(self) -> None:
-        rule = {"enable_push": False, "enable_push_whitelist": False, "required_approvals": 0,
+        """main: nobody pushes or force-pushes (a plain-name rule: Gitea matches it ignoring case, so `Main`
+        and `MAIN` are main too); PRs merge with 0 approvals, no status checks."""
+        rule = {"enable_push": False, "enable_push_whitelist": False, "enable_force_push": False,
+                "required_approvals": 0,
                 "enable_status_check": False, "status_check_contexts": [], "enable_merge_whitelist": False,
                 "block_on_rejected_reviews": False, "block_on_outdated_branch": False,
                 "enable_approvals_whitelist": False, "dismiss_stale_approvals": False}
@@ -256,6 +265,44 @@ class GiteaBootstrap:
             self.say("  protected main (no pushes; PRs with 0 approvals)")
         else:
             self.client.call("PATCH", f"{self.repo_path}/branch_protections/main", self.admin, rule)
+
+    def protect_namespaces(self, logins: list[str]) -> None:
+        """One rule per worker, `<login>/**`: only that worker pushes and force-pushes there (Gitea has no
+        rule for "a user's own prefix", so each is spelled out), then the rule `**` that nobody pushes to:
+        every other branch (`feature-x`, `W002/x`: glob rules match case-sensitively). Gitea applies the
+        first glob rule that matches, in priority order, and a new rule comes last, so `**` must be the
+        newest: when a namespace is added to a repository that has it, it is deleted and made again. Rules
+        that exist are kept as they are (Gitea's API addresses a rule by a name that here contains '/')."""
+        path = f"{self.repo_path}/branch_protections"
+        have = {p.get("rule_name") for p in self.client.call("GET", path, self.admin) or []}
+        missing = [login for login in logins if f"{login}/**" not in have]
+        if missing and CATCH_ALL in have:
+            self.client.call("DELETE", f"{path}/{quote(CATCH_ALL, safe='')}", self.admin)
+            have.discard(CATCH_ALL)
+        for login in missing:
+            self.client.call("POST", path, self.admin, {
+                "rule_name": f"{login}/**", "enable_push": True, "enable_push_whitelist": True,
+                "push_whitelist_usernames": [login], "enable_force_push": True,
+                "enable_force_push_allowlist": True, "force_push_allowlist_usernames": [login],
+                "required_approvals": 0, "enable_merge_whitelist": False, "enable_status_check": False,
+            })
+        if missing:
+            self.say(f"  {len(missing)} branch namespaces <worker>/** (only their worker pushes there)")
+        if CATCH_ALL not in have:
+            self.client.call("POST", path, self.admin, {
+                "rule_name": CATCH_ALL, "enable_push": False, "enable_push_whitelist": False,
+                "enable_force_push": False, "required_approvals": 0, "enable_merge_whitelist": False,
+                "enable_status_check": False,
+            })
+            self.say("  every other branch (**): nobody pushes")
+
+    def protect_tags(self) -> None:
+        """Every tag protected with nobody allowed: workers cannot push tags."""
+        tags = self.client.call("GET", f"{self.repo_path}/tag_protections", self.admin) or []
+        if not any(t.get("name_pattern") == "*" for t in tags):
+            self.client.call("POST", f"{self.repo_path}/tag_protections", self.admin,
+                             {"name_pattern": "*", "whitelist_usernames": [], "whitelist_teams": []})
+            self.say("  protected all tags (nobody pushes tags)")
 
     def webhook(self, intake_url: str, secret: str) -> None:
         hooks = self.client.call("GET", f"{self.repo_path}/hooks", self.admin) or []
@@ -291,6 +338,8 @@ def provision_gitea(settings: GiteaSettings, workers: list[str], task: Task, old
     gb.issue(task.title, task.text())
     gb.collaborators([u["login"] for u in users.values()])
     gb.protect_main()
+    gb.protect_namespaces([users[w]["login"] for w in workers])
+    gb.protect_tags()
     secret = old.get("webhook_secret") if old.get("intake_url") == settings.intake_url else None
     secret = secret or secrets.token_hex(32)
     if settings.intake_url:

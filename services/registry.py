@@ -35,13 +35,14 @@ def _need(options: dict, key: str, what: str) -> Any:
 
 def make_forge(name: str, root: Path, options: dict | None = None):
     """The Forge for `name`, started. options: host (embedded: the address to listen on, default
-    127.0.0.1), secrets, gitea_url, intake_listen (gitea)."""
+    127.0.0.1), token_key (embedded: what its tokens are made from, see forge/embedded/tokens.py),
+    secrets, gitea_url, intake_listen (gitea)."""
     check_name("forge", name)
     options = options or {}
     if name == "embedded":
         from agensh_ray.services.forge.embedded import EmbeddedForge
 
-        forge = EmbeddedForge(Path(root), host=options.get("host") or "127.0.0.1")
+        forge = EmbeddedForge(Path(root), host=options.get("host") or "127.0.0.1", token_key=options.get("token_key"))
     else:
         from agensh_ray.services.forge.gitea import GiteaForge
 

@@ -17,17 +17,20 @@ import pytest
 from agensh_ray.errors import ForgeError, MergeConflict
 from agensh_ray.services.forge.embedded import PROTECTION_MESSAGE, EmbeddedForge
 
+KEY = "6b" * 32
+"""The forge's token key: a restarted forge with the same key issues the same tokens."""
+
 STARTER = {
     "README.md": "# starter\n",
     "app.py": "def greet():\n    return 'hello'\n\n\nVALUE = 1\n",
 }
 
 
-def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+def git(*args: str, cwd: Path, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_ASKPASS", "SSH_ASKPASS")}
     env["GIT_TERMINAL_PROMPT"] = "0"
     res = subprocess.run(
-        ["git", "-c", "credential.helper=", *args], cwd=cwd, env=env, capture_output=True, text=True
+        ["git", "-c", "credential.helper=", *args], cwd=cwd, env=env, capture_output=True, text=True, input=input
     )
     if check and res.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
@@ -61,7 +64,7 @@ def make_starter(tmp_path: Path) -> Path:
 @pytest.fixture
 def forge(git_env, tmp_path):
     starter = make_starter(tmp_path)
-    f = EmbeddedForge(tmp_path / "forge")
+    f = EmbeddedForge(tmp_path / "forge", token_key=KEY)
     f.start()
     f.init_repo(starter, "Build the thing", "Make greet() friendlier.")
     for w in ("w001", "w002", "w003", "w004"):
@@ -224,7 +227,7 @@ def test_restart_reloads_state(forge, tmp_path):
     forge.close()
     forge.close()  # idempotent
 
-    again = EmbeddedForge(forge.root)
+    again = EmbeddedForge(forge.root, token_key=KEY)
     again.start()
     try:
         again.init_repo(tmp_path / "starter", "ignored", "ignored")  # idempotent: loads

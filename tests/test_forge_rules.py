@@ -13,7 +13,7 @@ import pytest
 from agensh_ray.errors import ForgeError
 from agensh_ray.services.forge import rules
 from agensh_ray.services.forge.embedded import PROTECTION_MESSAGE
-from agensh_ray.services.forge.embedded.hooks import RECEIVE_HOOK, HookLog, install_hooks
+from agensh_ray.services.forge.embedded.hooks import RECEIVE_HOOK, HookLog, PushLimits, install_hooks
 
 MAIN = "refs/heads/main"
 OLD, NEW = "1" * 40, "2" * 40
@@ -88,11 +88,19 @@ def test_refusals_read_the_same_for_both_forges():
 # --------------------------------------------------------------------------- the receive hook
 
 
-def run_hook(kind: str, log: Path, updates: str, **env: str) -> subprocess.CompletedProcess:
+def run_hook(kind: str, policy: Path, updates: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-I", "-S", str(RECEIVE_HOOK), kind, str(log), MAIN, PROTECTION_MESSAGE],
-        input=updates, capture_output=True, text=True, env={"REMOTE_USER": "w001", **env}, timeout=30,
+        [sys.executable, "-I", "-S", str(RECEIVE_HOOK), kind, str(policy)],
+        input=updates, capture_output=True, text=True, env={"REMOTE_USER": "w001", **env}, timeout=30, cwd=cwd,
     )
+
+
+def write_policy(tmp_path: Path) -> tuple[Path, Path]:
+    log = tmp_path / "hook-events.jsonl"
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"log": str(log), "protected": "main", "message": PROTECTION_MESSAGE,
+                                  "admins": ["admin"], "max_file_bytes": 1000}))
+    return policy, log
 
 
 def lines(log: Path) -> list[dict]:
@@ -100,30 +108,40 @@ def lines(log: Path) -> list[dict]:
 
 
 def test_hook_standalone_refuses_main_and_records_it(tmp_path):
-    log = tmp_path / "hook-events.jsonl"
-    res = run_hook("pre-receive", log, f"{OLD} {NEW} refs/heads/w001/x\n{OLD} {NEW} {MAIN}\n")
+    policy, log = write_policy(tmp_path)
+    res = run_hook("pre-receive", policy, f"{OLD} {NEW} refs/heads/w001/x\n{OLD} {NEW} {MAIN}\n", tmp_path)
     assert res.returncode == 1
     assert res.stderr.splitlines() == [
-        PROTECTION_MESSAGE,
-        "Nothing from this push was accepted. Push only your branch, e.g. "
-        "`git push origin HEAD:refs/heads/<your-branch>`.",
+        f"refused: {MAIN}: {PROTECTION_MESSAGE}",
+        "Nothing from this push was accepted. Push only your own branch, e.g. "
+        "`git push origin HEAD:refs/heads/w001/<topic>`.",
     ]
     [rec] = lines(log)
     assert (rec["kind"], rec["actor"], rec["old"], rec["new"], rec["ref"]) == ("push_rejected", "w001", OLD, NEW, MAIN)
+    assert rec["reason"] == f"{MAIN}: {PROTECTION_MESSAGE}"
 
-    assert run_hook("pre-receive", log, f"{OLD} {NEW} refs/heads/w001/x\n").returncode == 0
-    assert run_hook("pre-receive", log, f"{OLD} {NEW} {MAIN}\n", AGENSH_FORGE_INTERNAL="1").returncode == 0
-    assert len(lines(log)) == 1, "accepted pre-receives record nothing"
+    # A check that cannot run (here: no repository, so the objects cannot be read) refuses: fail closed.
+    res = run_hook("pre-receive", policy, f"{OLD} {NEW} refs/heads/w001/x\n", tmp_path)
+    assert res.returncode == 1 and "the forge could not check this push" in res.stderr
+    # The internal bypass skips the ref rules, never the content checks.
+    res = run_hook("pre-receive", policy, f"{OLD} {NEW} {MAIN}\n", tmp_path, AGENSH_FORGE_INTERNAL="1")
+    assert res.returncode == 1 and "could not check" in res.stderr and PROTECTION_MESSAGE not in res.stderr
+    assert len(lines(log)) == 3
 
-    assert run_hook("post-receive", log, f"{OLD} {NEW} refs/heads/a\n{OLD} {NEW} refs/heads/b\nnoise\n").returncode == 0
-    assert [(r["kind"], r["ref"]) for r in lines(log)[1:]] == [("push", "refs/heads/a"), ("push", "refs/heads/b")]
+    assert run_hook("post-receive", policy, f"{OLD} {NEW} refs/heads/a\n{OLD} {NEW} refs/heads/b\nnoise\n",
+                    tmp_path).returncode == 0
+    assert [(r["kind"], r["ref"]) for r in lines(log)[3:]] == [("push", "refs/heads/a"), ("push", "refs/heads/b")]
 
 
 def test_installed_hooks_run_the_file_for_a_real_push(git_env, tmp_path):
     """git itself runs the hooks install_hooks wrote; HookLog folds what they recorded, once."""
     bare, log = tmp_path / "repo.git", tmp_path / "hook-events.jsonl"
     subprocess.run(["git", "init", "--bare", "--quiet", "--initial-branch", "main", str(bare)], check=True)
-    install_hooks(bare, log, MAIN, PROTECTION_MESSAGE)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "--git-dir", str(bare), *args], check=True)
+
+    install_hooks(bare, log, "main", PROTECTION_MESSAGE, ["admin"], PushLimits(), git)
     work = tmp_path / "work"
     subprocess.run(["git", "init", "--quiet", "--initial-branch", "main", str(work)], check=True)
     (work / "a.txt").write_text("a\n")
@@ -132,7 +150,8 @@ def test_installed_hooks_run_the_file_for_a_real_push(git_env, tmp_path):
 
     refused = subprocess.run(["git", "push", str(bare), "HEAD:main"], cwd=work, capture_output=True, text=True)
     assert refused.returncode != 0 and PROTECTION_MESSAGE in refused.stderr
-    pushed = subprocess.run(["git", "push", str(bare), "HEAD:refs/heads/w001/a"], cwd=work, capture_output=True,
+    # By path there is no REMOTE_USER: the pusher is "local", whose namespace is local/...
+    pushed = subprocess.run(["git", "push", str(bare), "HEAD:refs/heads/local/a"], cwd=work, capture_output=True,
                             text=True)
     assert pushed.returncode == 0, pushed.stderr
 
@@ -140,5 +159,5 @@ def test_installed_hooks_run_the_file_for_a_real_push(git_env, tmp_path):
     hooks = HookLog(log)
     hooks.fold(lambda rec, end: seen.append((rec["kind"], rec["ref"], end)))
     hooks.fold(lambda rec, end: seen.append((rec["kind"], rec["ref"], end)))
-    assert [(k, r) for k, r, _ in seen] == [("push_rejected", MAIN), ("push", "refs/heads/w001/a")]
+    assert [(k, r) for k, r, _ in seen] == [("push_rejected", MAIN), ("push", "refs/heads/local/a")]
     assert seen[-1][2] == hooks.offset == log.stat().st_size

@@ -51,7 +51,7 @@ def forge(stack, tmp_path_factory):
 
 
 def branch_with(forge, user: str, tmp: Path, branch: str, path: str, text: str, base: str = "origin/main") -> Path:
-    repo = tmp / f"{user}-{branch}"
+    repo = tmp / f"{user}-{branch.replace('/', '-')}"
     git("clone", "--quiet", forge.clone_url(user), str(repo), cwd=tmp)
     git("checkout", "--quiet", "-B", branch, base, cwd=repo)
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
@@ -91,13 +91,13 @@ def test_issue_and_protected_main(forge, stack, tmp_path):
 def test_full_pr_cycle_and_conflicts(forge, stack, tmp_path):
     fake = stack.gitea
     old_main = forge.main_head()
-    branch_with(forge, "w001", tmp_path, "feat-a", "shared.txt", "from a\n")
-    pr = forge.pr_create("w001", "feat-a", "Add shared from a", "first @w003 please look")
+    branch_with(forge, "w001", tmp_path, "w001/feat-a", "shared.txt", "from a\n")
+    pr = forge.pr_create("w001", "w001/feat-a", "Add shared from a", "first @w003 please look")
     assert pr.state == "open" and pr.author == "w001" and pr.files == ["shared.txt"]
     opened = wait_kind(forge, "pr_opened", pr.number)
     assert opened.notify == ["w003"] and opened.actor == "w001"
-    with pytest.raises(ForgeError, match="already open for feat-a -> main"):
-        forge.pr_create("w001", "feat-a", "again")
+    with pytest.raises(ForgeError, match="already open for w001/feat-a -> main"):
+        forge.pr_create("w001", "w001/feat-a", "again")
     with pytest.raises(ForgeError, match="cannot approve your own PR"):
         forge.pr_review(pr.number, "w001", "approve")
     forge.pr_review(pr.number, "w002", "approve", "looks right")
@@ -110,8 +110,8 @@ def test_full_pr_cycle_and_conflicts(forge, stack, tmp_path):
     assert wait_kind(forge, "pr_commented", pr.number).notify == ["w001"]
 
     # A second PR from the old main touching the same file: conflicts once the first merges.
-    branch_with(forge, "w002", tmp_path, "feat-b", "shared.txt", "from b\n", base=old_main)
-    pr_b = forge.pr_create("w002", "feat-b", "Add shared from b")
+    branch_with(forge, "w002", tmp_path, "w002/feat-b", "shared.txt", "from b\n", base=old_main)
+    pr_b = forge.pr_create("w002", "w002/feat-b", "Add shared from b")
 
     merged = forge.pr_merge(pr.number, "w002")
     assert merged.state == "merged" and merged.merged_by == "w002" and merged.merge_commit == forge.main_head()
@@ -127,10 +127,10 @@ def test_full_pr_cycle_and_conflicts(forge, stack, tmp_path):
     assert conflict.actor == "w002" and "shared.txt" in conflict.detail
 
     # A 409: main moves between Gitea's mergeability check and the merge itself.
-    branch_with(forge, "w003", tmp_path, "feat-c", "race.txt", "from c\n")
-    pr_c = forge.pr_create("w003", "feat-c", "race c")
-    branch_with(forge, "w001", tmp_path, "feat-d", "race.txt", "from d\n")
-    pr_d = forge.pr_create("w001", "feat-d", "race d")
+    branch_with(forge, "w003", tmp_path, "w003/feat-c", "race.txt", "from c\n")
+    pr_c = forge.pr_create("w003", "w003/feat-c", "race c")
+    branch_with(forge, "w001", tmp_path, "w001/feat-d", "race.txt", "from d\n")
+    pr_d = forge.pr_create("w001", "w001/feat-d", "race d")
     assert fake.wait_idle()
 
     def land_d_first(repo, issue):
@@ -151,28 +151,28 @@ def test_full_pr_cycle_and_conflicts(forge, stack, tmp_path):
     assert states[pr.number] == "merged" and states[pr_b.number] == "open" and states[pr_c.number] == "closed"
     assert [p.number for p in forge.pr_list("merged")] == [pr.number, pr_d.number]
 
-    # Resolve feat-b as the agent is told to: merge main, fix, push, merge again. The push names the PR
+    # Resolve w002/feat-b as the agent is told to: merge main, fix, push, merge again. The push names the PR
     # and notifies its reviewers.
     forge.pr_review(pr_b.number, "w003", "comment", "conflicts with a, please merge main")
-    repo_b = tmp_path / "w002-feat-b"
+    repo_b = tmp_path / "w002-w002-feat-b"
     git("fetch", "--quiet", "origin", cwd=repo_b)
     assert git("merge", "origin/main", cwd=repo_b, check=False).returncode != 0
     (repo_b / "shared.txt").write_text("from a\nfrom b\n")
     git("add", "shared.txt", cwd=repo_b)
     git("commit", "--quiet", "--no-edit", cwd=repo_b)
-    git("push", "--quiet", "origin", "HEAD:refs/heads/feat-b", cwd=repo_b)
+    git("push", "--quiet", "origin", "HEAD:refs/heads/w002/feat-b", cwd=repo_b)
     push = wait_kind(forge, "push", pr_b.number)
-    assert push.actor == "w002" and push.notify == ["w003"] and push.ref == "refs/heads/feat-b"
+    assert push.actor == "w002" and push.notify == ["w003"] and push.ref == "refs/heads/w002/feat-b"
     assert forge.pr_merge(pr_b.number, "w001").state == "merged"
     assert not fake.violations, "\n".join(map(str, fake.violations))
 
 
 def test_merge_retries_after_405_try_again_later(forge, stack, tmp_path):
     fake = stack.gitea
-    branch_with(forge, "w003", tmp_path, "feat-slow", "slow.txt", "slow\n")
+    branch_with(forge, "w003", tmp_path, "w003/feat-slow", "slow.txt", "slow\n")
     fake.hold_checks()  # Gitea has not computed mergeability yet
     try:
-        pr = forge.pr_create("w003", "feat-slow", "slow check")
+        pr = forge.pr_create("w003", "w003/feat-slow", "slow check")
         result: dict = {}
         t = threading.Thread(target=lambda: result.update(pr=forge.pr_merge(pr.number, "w001")))
         t.start()
@@ -189,7 +189,7 @@ def test_merge_retries_after_405_try_again_later(forge, stack, tmp_path):
 
 def test_refusals_are_worded_for_the_agent(forge):
     with pytest.raises(ForgeError, match="not found on the forge: push it first"):
-        forge.pr_create("w001", "no-such-branch", "x")
+        forge.pr_create("w001", "w001/no-such-branch", "x")
     with pytest.raises(ForgeError, match="head and base are both main"):
         forge.pr_create("w001", "main", "x")
     with pytest.raises(ForgeError, match="is an issue, not a pull request"):
@@ -198,3 +198,37 @@ def test_refusals_are_worded_for_the_agent(forge):
         forge.clone_url("w999")
     with pytest.raises(ForgeError, match="empty comment"):
         forge.pr_comment(1, "w001", " ")
+
+
+@pytest.mark.security
+def test_gitea_protections_enforce_what_gitea_can(forge, stack, tmp_path):
+    """What provisioning asks of Gitea, as the fake enforces it the way Gitea 1.27 does: main in any case,
+    every tag, each worker's `<worker>/**` namespace and nobody on any other branch; what Gitea cannot do:
+    let a worker delete its own (protected) branches."""
+    mine = branch_with(forge, "w001", tmp_path, "w001/sec", "sec.txt", "w001\n")
+    theirs = branch_with(forge, "w002", tmp_path, "w002/sec", "sec.txt", "w002\n")
+
+    def push(repo: Path, *args: str) -> subprocess.CompletedProcess:
+        return git("push", "origin", *args, cwd=repo, check=False)
+
+    for ref, says in (("refs/heads/w002/sec", "Not allowed to push to protected branch w002/sec"),
+                      ("refs/heads/w002/new", "Not allowed to push to protected branch w002/new"),
+                      ("refs/heads/Main", "Not allowed to push to protected branch Main"),
+                      ("refs/heads/MAIN", "Not allowed to push to protected branch MAIN"),
+                      ("refs/heads/W002/sec", "Not allowed to push to protected branch W002/sec"),
+                      ("refs/heads/loose-branch", "Not allowed to push to protected branch loose-branch"),
+                      ("refs/tags/v1", "Tag v1 is protected")):
+        res = push(mine, "--force", f"HEAD:{ref}")
+        assert res.returncode != 0 and says in res.stderr, (ref, res.stderr)
+    res = push(theirs, ":refs/heads/w001/sec")
+    assert res.returncode != 0 and "protected from deletion" in res.stderr
+
+    # Its own namespace: pushes and force-pushes (the sim agent's `push -f`).
+    git("commit", "--quiet", "--amend", "-m", "rewritten", cwd=mine)
+    assert push(mine, "-f", "HEAD:refs/heads/w001/sec").returncode == 0
+    # Not possible on Gitea (services/README.md): deleting its own branch.
+    assert "protected from deletion" in push(mine, ":refs/heads/w001/sec").stderr
+    # The adapter refuses a PR from another worker's branch, as the embedded forge does.
+    with pytest.raises(ForgeError, match="branch w002/sec is not yours"):
+        forge.pr_create("w001", "w002/sec", "mine now")
+    assert not stack.gitea.violations, "\n".join(map(str, stack.gitea.violations))

@@ -28,7 +28,7 @@ def _bash(command: str, description: str) -> Step:
 def feature_turn(task: Task, index: int, dm_gate: str | None = None) -> Turn:
     """One turn that builds, merges and summarises the index-th feature."""
     f = task.features()[index % len(task.features())]
-    branch = f"feat/{f.name}-${{worker}}"
+    branch = f"${{worker}}/feat-{f.name}"  # the forge takes only the worker's own namespace
     registry = task.spec.registry
     program = "\n".join([
         "from pathlib import Path",

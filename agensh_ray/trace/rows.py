@@ -80,7 +80,8 @@ class ForgeRow(TraceRow):
     seq: int
     """Forge event sequence number."""
     kind: str
-    """push | pr_opened | pr_reviewed | pr_commented | pr_merged | pr_closed | merge_conflict | push_rejected."""
+    """push | pr_opened | pr_reviewed | pr_commented | pr_merged | pr_closed | merge_conflict | merge_failed |
+    push_rejected (a refused push: `detail` says why)."""
     pr: int | None = None
     """The pull request concerned; null for pushes to a branch with no PR."""
     pr_author: str | None = None

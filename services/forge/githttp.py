@@ -8,19 +8,25 @@ token `EmbeddedForge.add_user` returned.
 
 What the server does for git that a bare CGI runner would not:
 
-* request bodies sent with `Transfer-Encoding: chunked` (git does that for
-  pushes larger than `http.postBuffer`) are de-chunked, and bodies sent with
-  `Content-Encoding: gzip` (git gzips large fetch negotiations) are inflated,
-  so `git http-backend` always sees a plain body with an exact
-  CONTENT_LENGTH (http_body.py);
+* chunked request bodies (pushes over `http.postBuffer`) are de-chunked and
+  gzip ones (large fetch negotiations) inflated: `git http-backend` always
+  sees a plain body with an exact CONTENT_LENGTH (http_body.py);
+* a connection idle for IDLE_TIMEOUT_S (no byte read or written) is closed:
+  a client cannot hold a thread by sending nothing;
 * the backend's output is streamed back; when the backend does not give a
   Content-Length the response is sent chunked, so HTTP/1.1 keep-alive and
   `Expect: 100-continue` both work;
 * at most `max_backends` backend processes run at once (many workers cloning
   at the same moment queue instead of forking hundreds of processes);
-* after each push (`POST .../git-receive-pack`) `on_receive_pack(user)` is
-  called, so the forge can pick up what the repository's hooks recorded
-  without waiting for its next API call.
+* after each push (`POST .../git-receive-pack`), before its response ends
+  (so before `git push` returns), `on_receive_pack(user)` is called: the
+  forge picks up what the repository's hooks recorded, as Gitea's hooks do;
+* a push whose body is over `max_push_bytes` is read to its end, dropped,
+  and answered in git's own framing (pktline.py), so the pusher sees the
+  limit named on its terminal; a push git refused before any hook ran
+  (fsck, `receive.maxInputSize`: "unpack" failed) is recognised in git's
+  answer, before the response ends. Both go to `on_push_refused(user,
+  [(old, new, ref)], reason)`; the hooks record their own refusals.
 """
 
 from __future__ import annotations
@@ -37,19 +43,25 @@ from pathlib import Path
 from typing import IO, Callable
 from urllib.parse import unquote, urlsplit
 
-from agensh_ray.services.forge.http_body import COPY, BadRequest, read_body
+from agensh_ray.services.forge import pktline
+from agensh_ray.services.forge.http_body import COPY, HEAD_BYTES, MAX_BODY, BadRequest, TooLarge, read_body
 from agensh_ray.services.http_thread import serve_in_thread
 
 log = logging.getLogger(__name__)
 
 REALM = "agensh"
+IDLE_TIMEOUT_S = 300.0
+CAPTURE_BYTES = 256 * 1024
+"""How much of receive-pack's answer is kept to read its result (the report and messages are small)."""
+Refused = Callable[[str, list[tuple[str, str, str]], str], None]
 
 
 def git_exec_path() -> str:
     """The `git` executable to run (`git http-backend` is a git subcommand)."""
     git = shutil.which("git")
     if git is None:
-        raise RuntimeError("git is not installed (need git >= 2.32 on PATH)")
+        raise RuntimeError("git is not installed (need git >= 2.38 on PATH: merges use "
+                           "`git merge-tree --write-tree`)")
     return git
 
 
@@ -66,12 +78,18 @@ class GitHTTPServer:
         on_receive_pack: Callable[[str], None] | None = None,
         max_backends: int = 32,
         extra_env: dict[str, str] | None = None,
+        max_push_bytes: int | None = None,
+        on_push_refused: Refused | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ):
         self.project_root = Path(project_root).resolve()
         self.authenticate = authenticate
         self.host = host
         self.repos = repos
         self.on_receive_pack = on_receive_pack
+        self.max_push_bytes = max_push_bytes or MAX_BODY
+        self.on_push_refused = on_push_refused
+        self.idle_timeout_s = idle_timeout_s
         self._requested_port = port
         self._slots = threading.BoundedSemaphore(max_backends)
         self._git = git_exec_path()
@@ -83,18 +101,10 @@ class GitHTTPServer:
     @staticmethod
     def _make_env(extra: dict[str, str]) -> dict[str, str]:
         """A CGI environment that does not depend on the caller's git setup."""
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            "HOME": os.environ.get("HOME", "/"),
-            "LANG": "C",
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_HTTP_EXPORT_ALL": "1",
-            "GATEWAY_INTERFACE": "CGI/1.1",
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "SERVER_SOFTWARE": "agensh-forge",
-        }
+        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
+               "LANG": "C", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
+               "GIT_HTTP_EXPORT_ALL": "1", "GATEWAY_INTERFACE": "CGI/1.1", "SERVER_PROTOCOL": "HTTP/1.1",
+               "SERVER_SOFTWARE": "agensh-forge"}
         env.update(extra)
         return env
 
@@ -141,6 +151,7 @@ class GitHTTPServer:
 
         class Handler(_GitHandler):
             server_ref = outer
+            timeout = outer.idle_timeout_s  # per socket operation (socketserver sets it on the connection)
 
         return Handler
 
@@ -212,10 +223,20 @@ class _GitHandler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": f'Basic realm="{REALM}"'},
             )
             return
+        is_push = self.command == "POST" and path.endswith("/git-receive-pack")
         try:
-            body, length = read_body(self.headers, self.rfile)
+            body, length = read_body(self.headers, self.rfile, srv.max_push_bytes if is_push else MAX_BODY)
+        except TooLarge as exc:
+            if is_push:
+                self._refuse_push(user, exc)
+            else:
+                self._simple(413, f"request body too large: {exc}")
+            return
         except BadRequest as exc:
             self._simple(400, f"bad request: {exc}")
+            return
+        except TimeoutError:  # the client stopped sending its body
+            self.close_connection = True
             return
         try:
             env = dict(srv._base_env)
@@ -238,19 +259,61 @@ class _GitHandler(BaseHTTPRequestHandler):
             proto = self.headers.get("Git-Protocol")
             if proto:
                 env["GIT_PROTOCOL"] = proto
-            is_push = self.command == "POST" and path.endswith("/git-receive-pack")
+            head, answer, done = b"", None, []
+
+            def after_push() -> None:  # once, before the response ends: `git push` returns after it
+                if is_push and not done:
+                    done.append(True)
+                    if answer is not None:
+                        self._after_push(user, head, bytes(answer))
+                    if srv.on_receive_pack is not None:
+                        try:
+                            srv.on_receive_pack(user)
+                        except Exception:
+                            log.exception("on_receive_pack callback failed")
+
+            if is_push and body is not None:
+                head = body.read(HEAD_BYTES)
+                body.seek(0)
+                answer = bytearray()
             with srv._slots:
-                self._run_backend(env, body)
-            if is_push and srv.on_receive_pack is not None:
-                try:
-                    srv.on_receive_pack(user)
-                except Exception:
-                    log.exception("on_receive_pack callback failed")
+                self._run_backend(env, body, answer, after_push)
+            after_push()  # if the client went away before the end
         finally:
             if body is not None:
                 body.close()
 
-    def _run_backend(self, env: dict[str, str], body: IO[bytes] | None) -> None:
+    def _refused(self, user: str, updates: list[tuple[str, str, str]], reason: str) -> None:
+        if self.server_ref.on_push_refused is not None and updates:
+            try:
+                self.server_ref.on_push_refused(user, updates, reason)
+            except Exception:
+                log.exception("on_push_refused callback failed")
+
+    def _refuse_push(self, user: str, exc: TooLarge) -> None:
+        """A push over the size limit: git's answer, written here (git never saw the push)."""
+        updates, caps = pktline.push_commands(exc.head)
+        reason, message = pktline.size_refusal(exc.size, exc.limit)
+        self._refused(user, updates, reason)
+        if not updates or not caps & {"report-status", "report-status-v2"}:
+            self._simple(413, message)
+            return
+        data = pktline.refusal(updates, caps, message, f"push over the {pktline.mib(exc.limit)} limit")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-git-receive-pack-result")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _after_push(self, user: str, head: bytes, answer: bytes) -> None:
+        """Report a push git refused before the hooks ran (its objects failed to unpack or check)."""
+        reason = pktline.unpack_failure(answer)
+        if reason:
+            self._refused(user, pktline.push_commands(head)[0], reason)
+
+    def _run_backend(self, env: dict[str, str], body: IO[bytes] | None, answer: bytearray | None = None,
+                     before_end: Callable[[], None] | None = None) -> None:
         srv = self.server_ref
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
@@ -262,7 +325,7 @@ class _GitHandler(BaseHTTPRequestHandler):
                 cwd=srv.project_root,
             )
             try:
-                self._relay(proc)
+                self._relay(proc, answer, before_end)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             finally:
@@ -278,8 +341,12 @@ class _GitHandler(BaseHTTPRequestHandler):
             if stderr:
                 log.debug("git http-backend: %s", stderr)
 
-    def _relay(self, proc: subprocess.Popen) -> None:
-        """Turn the CGI response on the backend's stdout into an HTTP response."""
+    def _relay(self, proc: subprocess.Popen, answer: bytearray | None = None,
+               before_end: Callable[[], None] | None = None) -> None:
+        """Turn the CGI response on the backend's stdout into an HTTP response (its body's first
+        CAPTURE_BYTES also into `answer`). `before_end()` runs once the backend's body is copied and before
+        the last chunk is sent (receive-pack's answer has no Content-Length, so it is chunked): what it
+        records is there when the client sees the response end."""
         out = proc.stdout
         status = 200
         reason = "OK"
@@ -319,10 +386,14 @@ class _GitHandler(BaseHTTPRequestHandler):
             data = out.read1(COPY) if hasattr(out, "read1") else out.read(COPY)
             if not data:
                 break
+            if answer is not None and len(answer) < CAPTURE_BYTES:
+                answer += data[: CAPTURE_BYTES - len(answer)]
             if chunked:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             else:
                 self.wfile.write(data)
+        if before_end is not None:
+            before_end()
         if chunked:
             self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()

@@ -3,7 +3,13 @@ length. git sends bodies larger than `http.postBuffer` with
 `Transfer-Encoding: chunked` and gzips large fetch negotiations
 (`Content-Encoding: gzip`); a CGI program sees neither, so the git HTTP
 server de-chunks and inflates here first, into temporary files (a push may
-be large), refusing bodies above 2 GiB once inflated."""
+be large), refusing bodies above 2 GiB once inflated.
+
+A caller may set a lower `limit` (the git server does, for pushes): a body
+over it is still read to its end, up to 2 GiB, and thrown away, so the
+server can answer the client with a message instead of a broken connection;
+`TooLarge` then carries the size and the body's first bytes (a push's
+commands, to word the refusal)."""
 
 from __future__ import annotations
 
@@ -18,12 +24,33 @@ MAX_BODY = 2 * 1024**3
 """Refuse request bodies (after inflation) larger than this: 2 GiB."""
 
 
+HEAD_BYTES = 64 * 1024
+"""How much of a refused body `TooLarge` keeps."""
+
+
 class BadRequest(Exception):
     pass
 
 
-def _read_chunked(rfile: IO[bytes], out: IO[bytes]) -> int:
-    """Decode an HTTP/1.1 chunked body from `rfile` into `out`; return its length."""
+class TooLarge(BadRequest):
+    """A body over the caller's limit, read to its end and dropped."""
+
+    def __init__(self, size: int, limit: int, head: bytes = b""):
+        super().__init__(f"request body of {size} bytes exceeds the limit of {limit} bytes")
+        self.size, self.limit, self.head = size, limit, head
+
+
+def _drain(rfile: IO[bytes], n: int) -> None:
+    while n > 0:
+        data = rfile.read(min(n, COPY))
+        if not data:
+            raise BadRequest("connection closed before the end of the body")
+        n -= len(data)
+
+
+def _read_chunked(rfile: IO[bytes], out: IO[bytes], limit: int = MAX_BODY) -> int:
+    """Decode an HTTP/1.1 chunked body from `rfile` into `out`; return its length. Past `limit` the rest
+    is read and dropped, then TooLarge."""
     total = 0
     while True:
         line = rfile.readline(1024)
@@ -39,30 +66,39 @@ def _read_chunked(rfile: IO[bytes], out: IO[bytes]) -> int:
             while True:
                 trailer = rfile.readline(8192)
                 if trailer in (b"\r\n", b"\n", b""):
+                    if total > limit:
+                        raise TooLarge(total, limit)
                     return total
         total += size
         if total > MAX_BODY:
             raise BadRequest("request body too large")
-        remaining = size
-        while remaining:
-            data = rfile.read(min(remaining, COPY))
-            if not data:
-                raise BadRequest("connection closed inside a chunk")
-            out.write(data)
-            remaining -= len(data)
+        if total > limit:
+            _drain(rfile, size)
+        else:
+            remaining = size
+            while remaining:
+                data = rfile.read(min(remaining, COPY))
+                if not data:
+                    raise BadRequest("connection closed inside a chunk")
+                out.write(data)
+                remaining -= len(data)
         rfile.readline(8)  # the CRLF that ends every chunk
 
 
-def _read_exact(rfile: IO[bytes], out: IO[bytes], length: int) -> int:
+def _read_exact(rfile: IO[bytes], out: IO[bytes], length: int, limit: int = MAX_BODY) -> int:
     if length > MAX_BODY:
         raise BadRequest("request body too large")
-    remaining = length
+    keep = length if length <= limit else min(length, HEAD_BYTES)
+    remaining = keep
     while remaining:
         data = rfile.read(min(remaining, COPY))
         if not data:
             raise BadRequest("connection closed before the end of the body")
         out.write(data)
         remaining -= len(data)
+    if length > limit:
+        _drain(rfile, length - keep)
+        raise TooLarge(length, limit)
     return length
 
 
@@ -90,22 +126,27 @@ def _gunzip(src: IO[bytes], out: IO[bytes]) -> int:
     return total + len(tail)
 
 
-def read_body(headers: Message, rfile: IO[bytes]) -> tuple[IO[bytes] | None, int]:
-    """The request body as a plain (de-chunked, inflated) temp file, and its length."""
+def read_body(headers: Message, rfile: IO[bytes], limit: int = MAX_BODY) -> tuple[IO[bytes] | None, int]:
+    """The request body as a plain (de-chunked, inflated) temp file, and its length. A body over `limit`
+    (as sent) raises TooLarge once it was read."""
     te = headers.get("Transfer-Encoding", "").lower()
     cl = headers.get("Content-Length")
     if "chunked" not in te and cl is None:
         return None, 0
     raw = tempfile.TemporaryFile()
     try:
-        if "chunked" in te:
-            _read_chunked(rfile, raw)
-        else:
-            try:
-                length = int(cl or "0")
-            except ValueError as exc:
-                raise BadRequest(f"bad Content-Length {cl!r}") from exc
-            _read_exact(rfile, raw, length)
+        try:
+            if "chunked" in te:
+                _read_chunked(rfile, raw, limit)
+            else:
+                try:
+                    length = int(cl or "0")
+                except ValueError as exc:
+                    raise BadRequest(f"bad Content-Length {cl!r}") from exc
+                _read_exact(rfile, raw, length, limit)
+        except TooLarge as exc:
+            raw.seek(0)
+            raise TooLarge(exc.size, exc.limit, raw.read(HEAD_BYTES)) from None
         raw.seek(0)
         encoding = headers.get("Content-Encoding", "").strip().lower()
         if encoding in ("gzip", "x-gzip"):

@@ -18,6 +18,8 @@ from agensh_ray.inputs import one_line_problem
 from agensh_ray.models import ReviewVerdict
 
 PROTECTED_BRANCH = "main"
+ADMINS = ("admin",)
+"""The run's own account (the driver reads and scores as it): not bound to a branch namespace."""
 MAX_DIFF_CHARS = 2_000_000
 """A PR's diff is cut at this many characters (with a note saying so)."""
 PR_STATES = ("open", "merged", "closed", "all")
@@ -150,6 +152,15 @@ def check_head_is_not_base(head: str, base: str) -> None:
         raise ForgeError(
             f"head and base are both {base}: commit on a branch of your own, push it "
             "(git push origin HEAD:refs/heads/<branch>) and open the PR from that branch"
+        )
+
+
+def check_own_head(author: str, head: str) -> None:
+    """A PR's head is a branch of its author's namespace (`<author>/...`): a PR by w002 holds w002's work."""
+    if not head.startswith(f"{author}/"):
+        raise ForgeError(
+            f"branch {head} is not yours: open PRs from your own branches, named {author}/<topic> "
+            f"(git push origin HEAD:refs/heads/{author}/<topic>); to help with {head}, review or comment on its PR"
         )
 
 

@@ -52,8 +52,23 @@ class GitRepos:
         return not r["seeded"]
 
     def _write_push_policy(self, r: dict) -> None:
-        closed = [name for name, p in r["protections"].items() if not p.get("enable_push")]
-        (r["path"] / "agensh-no-push.json").write_text(json.dumps(closed))
+        """The protections as the hook reads them: branch rules in Gitea's order (plain names first, then
+        globs, each by priority: a rule created without one gets the next, so by creation) and the protected
+        tag patterns."""
+        rules = sorted(r["protections"].values(), key=lambda p: (any(c in p["rule_name"] for c in "*?[{"),
+                                                                 p.get("priority") or 0, p["created"]))
+        policy = {
+            "branches": [{
+                "rule": p["rule_name"], "push": bool(p.get("enable_push")),
+                "push_users": p.get("push_whitelist_usernames") if p.get("enable_push_whitelist") else None,
+                "force": bool(p.get("enable_force_push")),
+                "force_users": p.get("force_push_allowlist_usernames") if p.get("enable_force_push_allowlist")
+                else None,
+            } for p in rules],
+            "tags": [{"pattern": t["name_pattern"], "users": t["whitelist_usernames"]}
+                     for t in r.get("tag_protections", [])],
+        }
+        (r["path"] / "agensh-push-policy.json").write_text(json.dumps(policy))
 
     def _create_bare(self, r: dict) -> None:
         path: Path = r["path"]

@@ -40,8 +40,8 @@ class OrgsApi:
             r = {"id": next(self._ids), "owner": org["login"], "name": name, "description": data.get("description", ""),
                  "private": bool(data.get("private")), "default_branch": data.get("default_branch") or "main",
                  "created": time.time(), "path": self.root / "repos" / org["login"].lower() / f"{name.lower()}.git",
-                 "issues": {}, "collaborators": {}, "protections": {}, "hooks": {}, "push_offset": 0,
-                 "org_owners": set(org["owners"])}
+                 "issues": {}, "collaborators": {}, "protections": {}, "tag_protections": [], "hooks": {},
+                 "push_offset": 0, "org_owners": set(org["owners"])}
             self._create_bare(r)
             self.repos[(org["login"].lower(), name.lower())] = r
             self._http.owners.update({org["login"], org["login"].lower()})

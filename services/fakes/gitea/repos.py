@@ -2,9 +2,9 @@
 collaborators, branches and branch protections; and the router of
 `/repos/{owner}/{repo}/...` to the resources below it (hooks, issues, pulls).
 
-A branch protection with `enable_push: false` is also written where the
-repository's pre-receive hook reads it (`git.py`), so a push to a protected
-branch is refused by git itself, as in Gitea.
+Branch and tag protections are also written where the repository's
+pre-receive hook reads them (`git.py`), so a push they forbid is refused by
+git itself, as in Gitea.
 """
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ class ReposApi:
                          "user_can_merge": write, "effective_branch_protection_name": branch if p else ""}
         if head == "branch_protections":
             return self._protections(method, r, rest[1:], data, perm)
+        if head == "tag_protections":
+            return self._tag_protections(method, r, rest[1:], data, perm)
         if head == "hooks":
             return self._hooks(method, r, rest[1:], data, perm)
         if head == "issues":
@@ -102,6 +104,32 @@ class ReposApi:
         if head == "pulls":
             return self._pulls(method, r, rest[1:], q, data, me, write)
         raise ApiError(404, "")
+
+    def _tag_protections(self, method: str, r: dict, rest: list[str], data: Any,
+                         perm: str | None) -> tuple[int, Any]:
+        if perm != "admin":
+            raise ApiError(403, "")
+        if method == "GET" and not rest:
+            return 200, [self._tag_protection_json(t) for t in r["tag_protections"]]
+        if method == "POST" and not rest:
+            pattern = (data.get("name_pattern") or "").strip()
+            if not pattern:
+                raise ApiError(422, "name_pattern is required")
+            if any(t["name_pattern"] == pattern for t in r["tag_protections"]):
+                raise ApiError(422, "Tag protection already exist")
+            t = {"id": len(r["tag_protections"]) + 1, "name_pattern": pattern, "created": time.time(),
+                 "whitelist_usernames": list(data.get("whitelist_usernames") or []),
+                 "whitelist_teams": list(data.get("whitelist_teams") or [])}
+            r["tag_protections"].append(t)
+            self._write_push_policy(r)
+            return 201, self._tag_protection_json(t)
+        raise ApiError(404, "")
+
+    @staticmethod
+    def _tag_protection_json(t: dict) -> dict:
+        return {"id": t["id"], "name_pattern": t["name_pattern"], "whitelist_usernames": t["whitelist_usernames"],
+                "whitelist_teams": t["whitelist_teams"], "created_at": iso(t["created"]),
+                "updated_at": iso(t["created"])}
 
     def _protections(self, method: str, r: dict, rest: list[str], data: Any, perm: str | None) -> tuple[int, Any]:
         if perm != "admin":
@@ -116,6 +144,8 @@ class ReposApi:
                 raise ApiError(403, "Branch protection already exist")
             p = {"rule_name": name, "created": time.time(), "updated": time.time(),
                  **{k: data.get(k, v) for k, v in self._PROTECTION_FIELDS.items()}}
+            if not p["priority"]:  # Gitea: a new rule without one comes after every other
+                p["priority"] = max((q["priority"] for q in r["protections"].values()), default=0) + 1
             r["protections"][name] = p
             self._write_push_policy(r)
             return 201, self._protection_json(p)
@@ -131,4 +161,8 @@ class ReposApi:
             p["updated"] = time.time()
             self._write_push_policy(r)
             return 200, self._protection_json(p)
+        if method == "DELETE":
+            del r["protections"][p["rule_name"]]
+            self._write_push_policy(r)
+            return 204, None
         raise ApiError(404, "")

@@ -7,38 +7,39 @@ notify) are `services/forge/rules.py`. The package docstring has the design."""
 
 from __future__ import annotations
 
-import hmac
-import re
-import secrets
 import threading
 from pathlib import Path
 
 from agensh_ray.errors import ForgeError, MergeConflict
 from agensh_ray.models import Comment, ForgeEvent, Issue, PullRequest, Review, ReviewVerdict, now_us
 from agensh_ray.services.forge import rules
-from agensh_ray.services.forge.embedded.git import ForgeGit, identity
-from agensh_ray.services.forge.embedded.hooks import HookLog, install_hooks
+from agensh_ray.services.forge.embedded import tokens
+from agensh_ray.services.forge.embedded.git import ForgeGit, MergeFailed
+from agensh_ray.services.forge.embedded.hooks import HookLog, PushLimits, install_hooks
 from agensh_ray.services.forge.embedded.store import ForgeStore
 from agensh_ray.services.forge.githttp import GitHTTPServer
-from agensh_ray.services.forge.rules import PROTECTED_BRANCH
+from agensh_ray.services.forge.rules import ADMINS, PROTECTED_BRANCH
 
 REPO_NAME = "repo.git"
 PROTECTION_MESSAGE = "main is protected: push a branch, open a PR (pr_create) and merge it (pr_merge)"
-_USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class EmbeddedForge:
     """The Forge protocol on one machine: a bare repo, git smart HTTP, PRs, events."""
 
-    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0, token_key: bytes | str | None = None,
+                 limits: PushLimits | None = None):
+        """`token_key`: what the users' tokens are made from (tokens.py; None: a random key, so tokens do
+        not outlive this process); `limits`: per push and per file (PushLimits' defaults)."""
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.repo = self.root / REPO_NAME
-        self.work = self.root / "work"
         self.host = host
         self._lock = threading.RLock()
-        self.git = ForgeGit(self.root, self.repo, self.work)
+        self.limits = limits or PushLimits()
+        self.git = ForgeGit(self.root, self.repo)
         self.store = ForgeStore(self.root)
+        self.credentials = tokens.Credentials(self.store, token_key)
         self.hooks = HookLog(self.root / "hook-events.jsonl", self.store.hook_end)
         if self.git.initialized():
             self._install_hooks()
@@ -49,6 +50,8 @@ class EmbeddedForge:
             port=port,
             repos=(REPO_NAME,),
             on_receive_pack=self._on_push,
+            max_push_bytes=self.limits.max_push_bytes,
+            on_push_refused=self._on_push_refused,
         )
 
     # ================================================================ lifecycle
@@ -94,11 +97,12 @@ class EmbeddedForge:
                 raise ForgeError(f"starter directory {starter} does not exist or is not a directory")
             self.git.create(starter, author)
             self._install_hooks()
-            self.git.ensure_worktree()
             self._create_issue(title, body, author)
 
     def _install_hooks(self) -> None:
-        install_hooks(self.repo, self.hooks.path, f"refs/heads/{PROTECTED_BRANCH}", PROTECTION_MESSAGE)
+        install_hooks(self.repo, self.hooks.path, PROTECTED_BRANCH, PROTECTION_MESSAGE, list(ADMINS), self.limits,
+                      self.git.in_repo)
+        self.git.retire_worktree(self.root / "work")
 
     def _create_issue(self, title: str, body: str, author: str) -> Issue:
         issue = Issue(number=self.store.next_number(), title=title, body=body, author=author)
@@ -106,28 +110,25 @@ class EmbeddedForge:
         return issue
 
     def add_user(self, name: str) -> str:
-        """Create a user (idempotent) and return its access token."""
-        if not isinstance(name, str) or not _USER_RE.match(name):
-            raise ForgeError(
-                f"bad user name {name!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
-            )
+        """Create a user (idempotent) and return its access token (tokens.Credentials.issue)."""
         with self._lock:
-            token = self.store.users.get(name)
-            if token is None:
-                token = secrets.token_hex(20)
-                self.store.put_user(name, token)
-            return token
+            return self.credentials.issue(name)
 
     def clone_url(self, user: str) -> str:
         with self._lock:
-            token = self.store.users.get(user)
-        if token is None:
+            known = user in self.store.users
+            token = self.credentials.token(user)
+        if not known:
             raise ForgeError(f"unknown user {user!r}: create it with add_user({user!r}) first")
+        if token is None:
+            raise ForgeError(
+                f"the forge keeps only a hash of {user}'s token and was restarted without the key that made it: "
+                f"call add_user({user!r}) to issue a new token"
+            )
         return f"{self.url.replace('http://', f'http://{user}:{token}@', 1)}/{REPO_NAME}"
 
     def _authenticate(self, user: str, token: str) -> bool:
-        expected = self.store.users.get(user)
-        return expected is not None and hmac.compare_digest(expected.encode(), token.encode())
+        return self.credentials.verify(user, token)
 
     # =================================================================== issues
 
@@ -164,6 +165,8 @@ class EmbeddedForge:
             if head_sha is None:
                 raise rules.branch_not_pushed(head)
             rules.check_head_is_not_base(head, base)
+            if author not in ADMINS:
+                rules.check_own_head(author, head)
             for pr in self.store.prs.values():
                 if pr.state == "open" and pr.head == head and pr.base == base:
                     raise rules.already_open(f"PR #{pr.number}", head, base)
@@ -251,7 +254,9 @@ class EmbeddedForge:
             return pr.model_copy(deep=True)
 
     def pr_merge(self, number: int, merger: str) -> PullRequest:
-        """Merge the PR's head into its base with `git merge --no-ff` in the internal worktree."""
+        """Merge the PR's head into its base: a merge commit (like `git merge --no-ff`) made in the object
+        store, then the base moved by compare-and-swap. A merge that fails leaves nothing behind, is
+        reported on the PR (`merge_failed`, to its author) and in the ForgeError."""
         if not merger:
             raise ForgeError("pr_merge needs a merger (your worker id)")
         with self._lock:
@@ -275,11 +280,17 @@ class EmbeddedForge:
                     f"If you have more work, commit and push it to {pr.head}; otherwise close PR #{number} (pr_close)"
                 )
             files = self.git.changed_files(base_sha, head_sha)
-            new_sha = self._merge_in_work(pr, merger, base_sha, head_sha)
-            upd = self.git.in_repo(
-                "update-ref", "-m", f"forge: merge PR #{number} by {merger}", base_ref, new_sha, base_sha, check=False
-            )
-            if upd.returncode != 0:
+            try:
+                new_sha = self._merge_commit(pr, merger, base_sha, head_sha)
+                moved = self.git.move_ref(base_ref, new_sha, base_sha, f"forge: merge PR #{number} by {merger}")
+            except MergeFailed as exc:
+                reason = f"merging PR #{number} failed: {exc}"
+                self._emit(pr, "merge_failed", merger, reason)
+                raise ForgeError(
+                    f"{reason}. Nothing was merged and the forge is fine: other PRs still merge. "
+                    f"Fix the branch {pr.head} (push to it), then call pr_merge again"
+                ) from None
+            if not moved:
                 raise ForgeError(f"{pr.base} moved while PR #{number} was merging: call pr_merge again")
             pr.state = "merged"
             pr.merged_by = merger
@@ -290,23 +301,18 @@ class EmbeddedForge:
             self._emit(pr, "pr_merged", merger, rules.merged_detail(pr.head, pr.base, new_sha))
             return pr.model_copy(deep=True)
 
-    def _merge_in_work(self, pr: PullRequest, merger: str, base_sha: str, head_sha: str) -> str:
-        """The merge commit of head into base, made in the internal worktree (MergeConflict if git stops)."""
-        self.git.ensure_worktree()
-        self.git.in_work("reset", "--quiet", "--hard", base_sha)
+    def _merge_commit(self, pr: PullRequest, merger: str, base_sha: str, head_sha: str) -> str:
+        """The merge commit of head into base, made without a worktree (MergeConflict if git stops on a
+        conflict, MergeFailed if git cannot merge or the result has a path the forge refuses)."""
+        tree, conflicted = self.git.merge_tree(base_sha, head_sha)
+        if tree is None:
+            self._emit(pr, "merge_conflict", merger, rules.conflict_detail(conflicted))
+            raise MergeConflict(pr.number, conflicted)
+        problems = self.git.tree_problems(base_sha, tree, self.limits.max_file_bytes)
+        if problems:
+            raise MergeFailed(f"the merged tree has content the forge refuses: {problems[0]}")
         message = f"Merge pull request #{pr.number} from {pr.head}\n\n{pr.title}\n"
-        res = self.git.in_work(
-            "merge", "--no-ff", "--no-edit", "--no-verify", "--no-rerere-autoupdate", "-m", message, head_sha,
-            check=False, env=identity(merger),
-        )
-        if res.returncode != 0:
-            conflicted = self.git.conflicted_in_work()
-            self.git.clean_worktree()
-            if conflicted:
-                self._emit(pr, "merge_conflict", merger, rules.conflict_detail(conflicted))
-                raise MergeConflict(pr.number, conflicted)
-            raise ForgeError(f"merging PR #{pr.number} failed: {(res.stderr or res.stdout).strip()}")
-        return self.git.in_work("rev-parse", "HEAD").stdout.strip()
+        return self.git.commit_tree(tree, [base_sha, head_sha], message, merger)
 
     # =================================================================== events
 
@@ -356,6 +362,13 @@ class EmbeddedForge:
         with self._lock:
             self._ingest_hooks()
 
+    def _on_push_refused(self, user: str, updates: list[tuple[str, str, str]], reason: str) -> None:
+        """A push the HTTP server or git refused before the hooks ran (size, fsck): push_rejected events."""
+        with self._lock:
+            self._ingest_hooks()
+            for _old, _new, ref in updates:
+                self.store.emit("push_rejected", user, ref=ref, detail=reason)
+
     def _ingest_hooks(self) -> None:
         """Fold new lines of hook-events.jsonl into the event log (caller holds the lock)."""
         self.hooks.fold(self._hook_event)
@@ -364,7 +377,8 @@ class EmbeddedForge:
         kind, actor, ref = rec.get("kind"), rec.get("actor") or "unknown", rec.get("ref") or ""
         old, new = rec.get("old") or "", rec.get("new") or ""
         if kind == "push_rejected":
-            self.store.emit("push_rejected", actor, ref=ref, detail=PROTECTION_MESSAGE, ts=rec.get("ts"), hook_end=end)
+            self.store.emit("push_rejected", actor, ref=ref, detail=rec.get("reason") or PROTECTION_MESSAGE,
+                            ts=rec.get("ts"), hook_end=end)
             return
         if kind != "push":
             return

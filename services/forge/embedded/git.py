@@ -1,25 +1,31 @@
-"""The embedded forge's git: every command it runs on its bare repository and
-its internal worktree, in an environment that ignores the machine's git setup
-(no system or global config, no prompts, C locale, the forge as committer).
+"""The embedded forge's git: every command it runs on its bare repository, in
+an environment that ignores the machine's git setup (no system or global
+config, no prompts, C locale, the forge as committer).
 
-Reads go to the bare repository (`--git-dir`); merges happen in `work/`, a
-`git worktree` of that same repository, so a merge commit is already in the
-bare repository's object store (see the package docstring)."""
+Merges need no worktree: `git merge-tree --write-tree` merges in the object
+store, `commit-tree` makes the merge commit, `update-ref` moves the base with
+a compare-and-swap. Nothing is checked out, so a crafted path cannot reach
+the disk and a failed merge leaves no index, lock or half-merged file behind
+(see the package docstring)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 from agensh_ray.errors import ForgeError
+from agensh_ray.services.forge.embedded.receive_hook import Objects, content_problems
 from agensh_ray.services.forge.githttp import git_exec_path
 from agensh_ray.services.forge.rules import PROTECTED_BRANCH, truncate_diff
 
 FORGE_NAME = "agensh-forge"
 FORGE_EMAIL = "forge@agensh.invalid"
+STALE_LOCK_S = 30.0
+"""A ref lock older than this is left by a process that died: git holds one for milliseconds."""
 
 
 def identity(user: str) -> dict[str, str]:
@@ -49,14 +55,17 @@ def _make_env() -> dict[str, str]:
     return env
 
 
-class ForgeGit:
-    """git on `repo` (bare) and `work` (its worktree); commands run in `root` unless told otherwise."""
+class MergeFailed(Exception):
+    """git could not merge (not a conflict): the reason, in git's words."""
 
-    def __init__(self, root: Path, repo: Path, work: Path):
-        self.root, self.repo, self.work = root, repo, work
+
+class ForgeGit:
+    """git on `repo` (bare); commands run in `root` unless told otherwise."""
+
+    def __init__(self, root: Path, repo: Path):
+        self.root, self.repo = root, repo
         self._git = git_exec_path()
         self._env = _make_env()
-        self._worktree_ok = False
 
     def run(
         self, *args: str, cwd: Path | None = None, check: bool = True, env: dict[str, str] | None = None
@@ -78,10 +87,6 @@ class ForgeGit:
     def in_repo(self, *args: str, **kw: Any) -> subprocess.CompletedProcess:
         """A command on the bare repository."""
         return self.run("--git-dir", str(self.repo), *args, **kw)
-
-    def in_work(self, *args: str, **kw: Any) -> subprocess.CompletedProcess:
-        """A command in the internal worktree."""
-        return self.run(*args, cwd=self.work, **kw)
 
     # ------------------------------------------------------------------ reads
 
@@ -115,7 +120,6 @@ class ForgeGit:
         """A new bare repo.git whose main is one commit of `starter`'s files, by `author`."""
         if self.repo.exists():  # a half-made repository from an interrupted init
             shutil.rmtree(self.repo)
-        shutil.rmtree(self.work, ignore_errors=True)
         self.run("init", "--bare", "--quiet", "--initial-branch", PROTECTED_BRANCH, str(self.repo))
         for key, value in (
             ("http.receivepack", "true"),
@@ -138,24 +142,71 @@ class ForgeGit:
             index.unlink(missing_ok=True)
         self.in_repo("update-ref", "-m", "forge: initial commit", f"refs/heads/{PROTECTED_BRANCH}", commit, "")
 
-    # --------------------------------------------------------------- worktree
+    def objects(self) -> Objects:
+        """The repository as the receive hook's checks read it."""
 
-    def ensure_worktree(self) -> None:
-        """The internal worktree: a detached `git worktree` of repo.git, reused for every merge."""
-        if self._worktree_ok:
-            return
-        healthy = (self.work / ".git").exists() and self.in_work("rev-parse", "--git-dir", check=False).returncode == 0
-        if not healthy:
-            shutil.rmtree(self.work, ignore_errors=True)
-            self.in_repo("worktree", "prune")
-            self.in_repo("worktree", "add", "--quiet", "--detach", "--force", str(self.work), PROTECTED_BRANCH)
-        self._worktree_ok = True
+        def run(args: list[str], stdin: bytes) -> bytes:
+            res = subprocess.run([self._git, "--git-dir", str(self.repo), *args], input=stdin, capture_output=True,
+                                 env=self._env, cwd=self.root, check=False)
+            if res.returncode != 0:
+                raise MergeFailed(f"git {args[0]}: {res.stderr.decode('utf-8', 'replace').strip()}")
+            return res.stdout
 
-    def clean_worktree(self) -> None:
-        self.in_work("merge", "--abort", check=False)
-        self.in_work("reset", "--quiet", "--hard", check=False)
-        self.in_work("clean", "-fdxq", check=False)
+        return Objects(run)
 
-    def conflicted_in_work(self) -> list[str]:
-        """The unmerged paths of a merge that stopped in the worktree."""
-        return split_z(self.in_work("diff", "--name-only", "-z", "--diff-filter=U", check=False).stdout)
+    # ------------------------------------------------------------------ merge
+
+    def merge_tree(self, base: str, head: str) -> tuple[str | None, list[str]]:
+        """Merge `head` into `base` in the object store: (tree, []) when clean, (None, conflicted paths) on a
+        conflict; MergeFailed when git cannot merge at all."""
+        # Every object the head brings must be there: git 2.39's merge-tree reads a tree it cannot find as
+        # empty (it says "error: Could not read" and exits 0 with a tree that drops every file).
+        whole = self.in_repo("rev-list", "--objects", "--quiet", head, "--not", base, check=False)
+        if whole.returncode != 0:
+            raise MergeFailed(f"the branch's objects are incomplete: {whole.stderr.strip()}")
+        res = self.in_repo("merge-tree", "--write-tree", "--no-messages", "--name-only", "-z", base, head, check=False)
+        said = [line for line in res.stderr.splitlines() if line.startswith(("error:", "fatal:"))]
+        if said and res.returncode in (0, 1):
+            raise MergeFailed(f"git merge-tree: {'; '.join(said)}")
+        if res.returncode == 0:
+            return res.stdout.split("\0", 1)[0].strip(), []
+        if res.returncode == 1:
+            return None, split_z(res.stdout.split("\0", 1)[1] if "\0" in res.stdout else "") or ["(unknown)"]
+        raise MergeFailed((res.stderr or res.stdout).strip() or f"git merge-tree exited with {res.returncode}")
+
+    def tree_problems(self, base: str, tree: str, max_file_bytes: int) -> list[str]:
+        """What the receive hook would refuse in the paths `tree` adds or changes over `base`'s tree."""
+        objects = self.objects()
+        return content_problems(objects, objects.changes([f"{base}^{{tree}}", tree]), max_file_bytes)
+
+    def commit_tree(self, tree: str, parents: list[str], message: str, author: str) -> str:
+        args = ["commit-tree", tree]
+        for p in parents:
+            args += ["-p", p]
+        res = self.in_repo(*args, "-m", message, env=identity(author), check=False)
+        if res.returncode != 0:
+            raise MergeFailed(f"git commit-tree: {res.stderr.strip()}")
+        return res.stdout.strip()
+
+    def move_ref(self, ref: str, new: str, old: str, reason: str) -> bool:
+        """Compare-and-swap `ref` from `old` to `new`: False if it no longer is `old`. A lock left by a
+        process that died (older than STALE_LOCK_S) is removed and the swap tried again."""
+        for attempt in range(2):
+            res = self.in_repo("-c", "core.filesRefLockTimeout=2000", "update-ref", "-m", reason, ref, new, old,
+                               check=False)
+            if res.returncode == 0:
+                return True
+            if self.rev(ref) != old:
+                return False
+            lock = self.repo / f"{ref}.lock"
+            if attempt == 0 and lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+                lock.unlink(missing_ok=True)
+                continue
+            raise MergeFailed(f"git update-ref: {res.stderr.strip()}")
+        return False
+
+    def retire_worktree(self, work: Path) -> None:
+        """Remove the internal worktree earlier versions merged in (and any lock left in it)."""
+        if work.exists() or (self.repo / "worktrees").exists():
+            shutil.rmtree(work, ignore_errors=True)
+            self.in_repo("worktree", "prune", check=False)

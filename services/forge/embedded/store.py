@@ -1,6 +1,12 @@
-"""What the embedded forge remembers, durable: state.jsonl (users, the issue and
-PR snapshots; the last line per key wins) and events.jsonl (the ForgeEvent log,
-seq dense from 1), both through `applog.AppendLog`.
+"""What the embedded forge remembers, durable: state.jsonl (users with their
+token's salted hash, never the token; the issue and PR snapshots; the last
+line per key wins) and events.jsonl (the ForgeEvent log, seq dense from 1),
+both through `applog.AppendLog`.
+
+A state file written before tokens were hashed (a user line with "token") is
+read, its tokens hashed, and the file rewritten at once without them; the
+tokens read are kept in memory (`legacy_tokens`) so the forge can still hand
+them out.
 
 Both are appended and flushed (written to the OS) before a call returns, which
 survives a crash or restart of the forge's process; they are not fsync'ed
@@ -17,6 +23,7 @@ from typing import Any
 
 from agensh_ray.applog import AppendLog
 from agensh_ray.models import ForgeEvent, Issue, PullRequest, now_us
+from agensh_ray.services.forge.embedded.tokens import hashed
 
 COMPACT_ABOVE_BYTES = 1_000_000
 """The state log is compacted when larger than this and more than 4 lines per live record."""
@@ -30,8 +37,10 @@ class ForgeStore:
     def __init__(self, root: Path):
         self.state_path = root / "state.jsonl"
         self.events_path = root / "events.jsonl"
-        self.users: dict[str, str] = {}
-        """user name -> token."""
+        self.users: dict[str, tuple[str, str]] = {}
+        """user name -> (salt, hash of the token) (tokens.py)."""
+        self.legacy_tokens: dict[str, str] = {}
+        """Tokens read from a state file of before hashing (rewritten without them at load)."""
         self.issues: dict[int, Issue] = {}
         self.prs: dict[int, PullRequest] = {}
         self.events: list[ForgeEvent] = []
@@ -41,9 +50,9 @@ class ForgeStore:
 
     # ----------------------------------------------------------------- writes
 
-    def put_user(self, name: str, token: str) -> None:
-        self.users[name] = token
-        self._persist("user", {"name": name, "token": token})
+    def put_user(self, name: str, salt: str, digest: str) -> None:
+        self.users[name] = (salt, digest)
+        self._persist("user", self._user_record(name))
 
     def put_issue(self, issue: Issue) -> None:
         self.issues[issue.number] = issue
@@ -100,6 +109,10 @@ class ForgeStore:
 
     # ------------------------------------------------------------------- load
 
+    def _user_record(self, name: str) -> dict[str, str]:
+        salt, digest = self.users[name]
+        return {"name": name, "salt": salt, "hash": digest}
+
     @staticmethod
     def _pr_record(pr: PullRequest) -> dict[str, Any]:
         return pr.model_dump(exclude={"diff"})
@@ -114,8 +127,11 @@ class ForgeStore:
             lines = n
             try:
                 kind = rec.pop("t")
-                if kind == "user":
-                    self.users[rec["name"]] = rec["token"]
+                if kind == "user" and "token" in rec:  # written before tokens were hashed
+                    self.legacy_tokens[rec["name"]] = rec["token"]
+                    self.users[rec["name"]] = hashed(rec["token"])
+                elif kind == "user":
+                    self.users[rec["name"]] = (rec["salt"], rec["hash"])
                 elif kind == "issue":
                     issue = Issue.model_validate(rec)
                     self.issues[issue.number] = issue
@@ -135,7 +151,7 @@ class ForgeStore:
                 continue
             self.hook_end = max(self.hook_end, rec.get("hook_end") or 0)
         live = len(self.users) + len(self.issues) + len(self.prs)
-        if self._state.size > COMPACT_ABOVE_BYTES and lines > 4 * live:
+        if self.legacy_tokens or (self._state.size > COMPACT_ABOVE_BYTES and lines > 4 * live):
             self._compact()
 
     def _compact(self) -> None:
@@ -145,7 +161,7 @@ class ForgeStore:
         tmp.unlink(missing_ok=True)
         with AppendLog(tmp) as compact:
             compact.append_many(
-                [{"t": "user", "name": name, "token": token} for name, token in self.users.items()]
+                [{"t": "user", **self._user_record(name)} for name in self.users]
                 + [{"t": "issue", **issue.model_dump()} for issue in self.issues.values()]
                 + [{"t": "pr", **self._pr_record(pr)} for pr in self.prs.values()]
             )

@@ -236,6 +236,8 @@ class GiteaForge:
         head = rules.branch_name(head, "head", strip_origin=True)
         base = rules.branch_name(base, "base", strip_origin=True)
         rules.check_head_is_not_base(head, base)
+        if author not in rules.ADMINS:
+            rules.check_own_head(author, head)
         try:
             j = self.client.call("POST", f"{self._repo_path}/pulls", token,
                                  {"head": head, "base": base, "title": title.strip(), "body": body or ""})
@@ -305,14 +307,15 @@ class GiteaForge:
                 if exc.status == 404:
                     raise ForgeError(f"PR #{number} is not open any more (closed or deleted)") from None
                 if exc.status != 405:
-                    raise ForgeError(f"merging PR #{number} failed: Gitea said {exc.status} {exc.message}") from None
+                    self._failed(number, merger, pr, f"merging PR #{number} failed: Gitea said {exc.status} "
+                                                     f"{exc.message}")
                 message = exc.message
             # 405: mergeability unknown yet, or the PR conflicts, or a real refusal.
             pr = self._pr_json(number)
             if pr.get("merged"):
                 return self._to_pr(pr)
             if "try again later" not in message.lower():
-                raise ForgeError(f"Gitea refused to merge PR #{number}: {message}")
+                self._failed(number, merger, pr, f"Gitea refused to merge PR #{number}: {message}")
             files = self.conflicts.files(pr)
             if files:
                 self._conflict(number, merger, pr, message, files)
@@ -321,6 +324,17 @@ class GiteaForge:
                                  f"{self.merge_wait_s:.0f}s: call pr_merge again in a minute")
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def _failed(self, number: int, merger: str, pr: dict, reason: str) -> None:
+        """A merge that failed for another reason than a conflict: reported on the PR (`merge_failed`, to its
+        author, as the embedded forge does), then raised."""
+        author = self._worker(pr.get("user"))
+        head = (pr.get("head") or {}).get("ref")
+        self.events.append("merge_failed", merger, pr=number, ref=head, detail=reason,
+                           notify=rules.notify_list(merger, rules.concerned("merge_failed", merger, author, ())),
+                           pr_author=author, head=head)
+        raise ForgeError(f"{reason}. Nothing was merged; fix the branch {head} or ask why on the PR, then call "
+                         "pr_merge again")
 
     def _conflict(self, number: int, merger: str, pr: dict, message: str, files: list[str] | None = None) -> None:
         if files is None:

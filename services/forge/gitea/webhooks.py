@@ -11,7 +11,8 @@ join the same at-least-once, replay-by-cursor path as the embedded forge's
 events, and a restarted forge actor reloads the log (the intake binds the
 same address again; Gitea's own delivery history covers the seconds it was
 down). Events Gitea cannot send (a merge refused for a conflict) are appended
-to the same log by the adapter. A redelivery (same `X-Gitea-Delivery`) is
+to the same log by the adapter. A redelivery (same `X-Gitea-Delivery`, or
+without that header the same body: the intake then keys it by its hash) is
 dropped.
 
 Notify rules are the embedded forge's (services/forge/rules.py): review,
@@ -22,6 +23,7 @@ reviewers; plus every known worker @mentioned in the text; never the actor.
 
 from __future__ import annotations
 
+import json
 import threading
 from bisect import bisect_right
 from pathlib import Path
@@ -30,6 +32,7 @@ from typing import Any
 from agensh_ray.applog import AppendLog
 from agensh_ray.models import ForgeEvent, now_us
 from agensh_ray.services.forge import rules
+from agensh_ray.services.forge.gitea.payloads import HookUser, Payload, parse
 
 ZERO = "0" * 40
 
@@ -122,14 +125,14 @@ class ForgeEventLog:
 
 
 class GiteaWebhookMapper:
-    """Turns one Gitea webhook (event type + JSON payload) into at most one forge event."""
+    """Turns one Gitea webhook (event type + payload) into at most one forge event."""
 
     def __init__(self, log: ForgeEventLog, login_to_worker: dict[str, str]):
         self.log = log
         self.login_to_worker = {k.lower(): v for k, v in login_to_worker.items()}
 
-    def who(self, user: dict | None) -> str:
-        login = (user or {}).get("login") or (user or {}).get("username") or "unknown"
+    def who(self, user: HookUser | None) -> str:
+        login = (user.login or user.username if user else None) or "unknown"
         return self.login_to_worker.get(login.lower(), login)
 
     def _mentioned(self, text: str | None) -> list[str]:
@@ -141,16 +144,20 @@ class GiteaWebhookMapper:
                 out.append(w)
         return out
 
-    def apply(self, event_type: str, payload: dict, delivery: str | None) -> ForgeEvent | None:
-        actor = self.who(payload.get("sender") or payload.get("pusher"))
+    def apply(self, event_type: str, payload: Payload | dict, delivery: str | None) -> ForgeEvent | None:
+        """The event for this webhook (None: nothing a worker is notified of, or a delivery already logged).
+        A dict payload is validated first (BadWebhook if it has not the shape payloads.py reads)."""
+        if not isinstance(payload, Payload):
+            payload = parse(json.dumps(payload).encode(), event_type)
+        actor = self.who(payload.sender or payload.pusher)
         if event_type == "push":
             return self._push(payload, actor, delivery)
-        pr = payload.get("pull_request")
+        pr = payload.pull_request
         if pr is None:
             return None  # issue events, repository events...: nothing a worker is notified of
-        number = pr.get("number") or payload.get("number")
-        author = self.who(pr.get("user"))
-        head = (pr.get("head") or {}).get("ref")
+        number = pr.number or payload.number
+        author = self.who(pr.user)
+        head = pr.head.ref if pr.head else None
         common = dict(pr=number, ref=head, delivery=delivery, pr_author=author, head=head)
         reviewers = (self.log.pr_state(number) or {"reviewers": []})["reviewers"]
 
@@ -158,30 +165,29 @@ class GiteaWebhookMapper:
             notify = [*rules.concerned(kind, actor, author, reviewers), *self._mentioned(text)]
             return self.log.append(kind, actor, detail=detail, notify=notify, **common)
 
-        action = payload.get("action")
+        action = payload.action
         if event_type == "pull_request":
             if action == "opened":
-                return event("pr_opened", pr.get("title", ""), pr.get("body"))
+                return event("pr_opened", pr.title or "", pr.body)
             if action == "closed":
-                if pr.get("merged"):
-                    return event("pr_merged", rules.merged_detail(head, (pr.get("base") or {}).get("ref"),
-                                                                  pr.get("merge_commit_sha")))
-                return event("pr_closed", pr.get("title", ""))
+                if pr.merged:
+                    return event("pr_merged", rules.merged_detail(head, pr.base.ref if pr.base else None,
+                                                                  pr.merge_commit_sha))
+                return event("pr_closed", pr.title or "")
             return None  # synchronized (the push event says it), edited, reopened, assigned...
         if event_type.startswith("pull_request_review_"):
-            review = payload.get("review") or {}
             verdict = {"approved": "approve", "rejected": "request_changes", "comment": "comment"}.get(
                 event_type.rsplit("_", 1)[-1], "comment")
-            body = review.get("content") or ""
+            body = (payload.review.content if payload.review else "") or ""
             return event("pr_reviewed", rules.review_detail(verdict, body), body)
-        if event_type in ("pull_request_comment", "issue_comment") and payload.get("comment"):
-            body = payload["comment"].get("body") or ""
+        if event_type in ("pull_request_comment", "issue_comment") and payload.comment:
+            body = payload.comment.body or ""
             return event("pr_commented", body, body)
         return None
 
-    def _push(self, payload: dict, actor: str, delivery: str | None) -> ForgeEvent | None:
-        ref = payload.get("ref") or ""
-        old, new = payload.get("before") or ZERO, payload.get("after") or ZERO
+    def _push(self, payload: Payload, actor: str, delivery: str | None) -> ForgeEvent | None:
+        ref = payload.ref or ""
+        old, new = payload.before or ZERO, payload.after or ZERO
         branch = rules.branch_of(ref)
         number = self.log.open_pr_for_branch(branch) if branch else None
         reviewers = (self.log.pr_state(number) or {}).get("reviewers", []) if number else []
