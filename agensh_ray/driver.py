@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.errors import CapacityError
 from agensh_ray.paths import PROJECT_ROOT
+from agensh_ray.placement import check_capacity, host_options, launch_offsets
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
 from agensh_ray.trace import TraceWriter, write_schema_files
@@ -30,46 +31,6 @@ log = logging.getLogger("agensh.run")
 
 
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
-
-
-def host_options(cfg: RunConfig, n_workers: int, cluster_slots: float | None) -> dict:
-    """Ray options of one WorkerActor hosting n_workers: an agent slot per worker where the
-    cluster declares slots, and the memory its agents need."""
-    opts: dict = {}
-    if cluster_slots is not None:
-        opts["resources"] = {"agent_slot": n_workers}
-        # Spread the hosts over the nodes: Ray's default fills the driver's node (the head) first.
-        opts["scheduling_strategy"] = "SPREAD"
-    per_worker = cfg.worker_memory_mb if cfg.worker_memory_mb is not None else (0 if cfg.harness == "sim" else 450)
-    if per_worker:
-        opts["memory"] = per_worker * n_workers * 1024 * 1024
-    return opts
-
-
-def check_capacity(cfg: RunConfig, total_slots: float | None, free_slots: float | None, nodes: int) -> None:
-    """Refuse a run the cluster cannot seat, with the numbers, unless asked to queue."""
-    if total_slots is None:
-        return  # no agent_slot resource declared: a local instance, nothing to check
-    if total_slots < cfg.workers:
-        raise CapacityError(
-            f"the cluster has {total_slots:.0f} agent slots in all ({nodes} nodes); this run needs {cfg.workers}. "
-            "Add nodes (cluster.yaml declares 64 per node) or lower --workers."
-        )
-    if (free_slots or 0) < cfg.workers and not cfg.queue:
-        raise CapacityError(
-            f"only {free_slots or 0:.0f} of {total_slots:.0f} agent slots are free ({nodes} nodes); this run needs "
-            f"{cfg.workers}. Wait for other runs to end, lower --workers, or pass --queue to wait for slots."
-        )
-
-
-def launch_offsets(cfg: RunConfig, n: int) -> list[float]:
-    """Schedule seconds at which each worker starts: every launch_interval_s during the first
-    launch_fast_after_s, then every launch_fast_interval_s."""
-    out, t = [], 0.0
-    for _ in range(n):
-        out.append(t)
-        t += cfg.launch_interval_s if t < cfg.launch_fast_after_s else cfg.launch_fast_interval_s
-    return out
 
 
 class Run:

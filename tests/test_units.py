@@ -13,7 +13,7 @@ from acp import RequestError
 from agensh_ray.agent.client import confine
 from agensh_ray.agent.harness import get_harness
 from agensh_ray.config import RunConfig, worker_ids
-from agensh_ray.driver import launch_offsets
+from agensh_ray.placement import launch_offsets
 from agensh_ray.errors import HarnessError
 from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, BoardRow, TraceWriter, TurnRow
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agensh_ray.fakes.faults import Faults, FaultSchedule
+from agensh_ray.fakes.replies import SSE, StreamCut, send_json
 from agensh_ray.fakes.script import Message, Player, Reply, Script
 
 log = logging.getLogger(__name__)
@@ -299,59 +300,6 @@ def _jsonable(rec: Recorded) -> dict[str, Any]:
         "cut": rec.cut,
         "body": rec.body,
     }
-
-
-def send_json(h: BaseHTTPRequestHandler, status: int, obj: Any) -> None:
-    data = json.dumps(obj).encode()
-    h.send_response(status)
-    h.send_header("content-type", "application/json")
-    h.send_header("content-length", str(len(data)))
-    h.end_headers()
-    h.wfile.write(data)
-
-
-class StreamCut(Exception):
-    """The fake cuts this stream here (a provider's connection dropping mid-answer)."""
-
-
-class SSE:
-    """Server-sent events over a chunked HTTP/1.1 response; `delay_s` before each event after the first, and
-    cut (StreamCut) before event number `cut_after`."""
-
-    def __init__(self, h: BaseHTTPRequestHandler, delay_s: float = 0.0, cut_after: int | None = None):
-        self.h = h
-        self.delay_s = delay_s
-        self.cut_after = cut_after
-        self.n = 0
-        h.send_response(200)
-        h.send_header("content-type", "text/event-stream")
-        h.send_header("cache-control", "no-cache")
-        h.send_header("transfer-encoding", "chunked")
-        h.end_headers()
-
-    def _chunk(self, data: bytes) -> None:
-        self.h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.h.wfile.flush()
-
-    def send(self, data: Any, event: str | None = None) -> None:
-        if self.cut_after is not None and self.n >= self.cut_after:
-            raise StreamCut()
-        if self.n and self.delay_s:
-            time.sleep(self.delay_s)
-        self.n += 1
-        payload = data if isinstance(data, str) else json.dumps(data)
-        head = f"event: {event}\n" if event else ""
-        self._chunk(f"{head}data: {payload}\n\n".encode())
-
-    def end(self) -> None:
-        self.h.wfile.write(b"0\r\n\r\n")
-        self.h.wfile.flush()
-
-
-def estimate_tokens(obj: Any) -> int:
-    """A rough, deterministic token count (4 characters a token) for usage fields."""
-    text = obj if isinstance(obj, str) else json.dumps(obj)
-    return max(1, len(text) // 4)
 
 
 class _Server(ThreadingHTTPServer):

@@ -18,7 +18,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from agensh_ray.fakes.endpoint import FakeEndpoint, Recorded, estimate_tokens, run_cli, send_json
+from agensh_ray.fakes.endpoint import FakeEndpoint, Recorded, run_cli
+from agensh_ray.fakes.replies import estimate_tokens, send_json
 from agensh_ray.fakes.faults import split_text
 from agensh_ray.fakes.script import Call, Message, Reply
 

@@ -1,0 +1,48 @@
+"""Where a run's worker hosts go and when its workers start: the Ray options of one WorkerActor, the
+cluster's capacity check, and the launch schedule. Plain functions of the run's settings (the driver
+applies them)."""
+
+from __future__ import annotations
+
+from agensh_ray.config import RunConfig
+from agensh_ray.errors import CapacityError
+
+
+def host_options(cfg: RunConfig, n_workers: int, cluster_slots: float | None) -> dict:
+    """Ray options of one WorkerActor hosting n_workers: an agent slot per worker where the
+    cluster declares slots, and the memory its agents need."""
+    opts: dict = {}
+    if cluster_slots is not None:
+        opts["resources"] = {"agent_slot": n_workers}
+        # Spread the hosts over the nodes: Ray's default fills the driver's node (the head) first.
+        opts["scheduling_strategy"] = "SPREAD"
+    per_worker = cfg.worker_memory_mb if cfg.worker_memory_mb is not None else (0 if cfg.harness == "sim" else 450)
+    if per_worker:
+        opts["memory"] = per_worker * n_workers * 1024 * 1024
+    return opts
+
+
+def check_capacity(cfg: RunConfig, total_slots: float | None, free_slots: float | None, nodes: int) -> None:
+    """Refuse a run the cluster cannot seat, with the numbers, unless asked to queue."""
+    if total_slots is None:
+        return  # no agent_slot resource declared: a local instance, nothing to check
+    if total_slots < cfg.workers:
+        raise CapacityError(
+            f"the cluster has {total_slots:.0f} agent slots in all ({nodes} nodes); this run needs {cfg.workers}. "
+            "Add nodes (cluster.yaml declares 64 per node) or lower --workers."
+        )
+    if (free_slots or 0) < cfg.workers and not cfg.queue:
+        raise CapacityError(
+            f"only {free_slots or 0:.0f} of {total_slots:.0f} agent slots are free ({nodes} nodes); this run needs "
+            f"{cfg.workers}. Wait for other runs to end, lower --workers, or pass --queue to wait for slots."
+        )
+
+
+def launch_offsets(cfg: RunConfig, n: int) -> list[float]:
+    """Schedule seconds at which each worker starts: every launch_interval_s during the first
+    launch_fast_after_s, then every launch_fast_interval_s."""
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(t)
+        t += cfg.launch_interval_s if t < cfg.launch_fast_after_s else cfg.launch_fast_interval_s
+    return out
