@@ -120,7 +120,7 @@ SELECT run_id, ts, worker_id, event_id, schema_version, checkpoint, commit, bran
 CREATE OR REPLACE VIEW test_results AS
 SELECT * FROM test_results_rows WHERE coalesce(event_id, '') = ''
 UNION ALL
-(SELECT DISTINCT ON (event_id) * FROM test_results_rows WHERE event_id <> '' ORDER BY event_id, ts);
+(SELECT DISTINCT ON (event_id, branch, test) * FROM test_results_rows WHERE event_id <> '' ORDER BY event_id, branch, test, ts);
 
 CREATE OR REPLACE VIEW lifecycle_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, event, detail, host, pid FROM (

@@ -20,6 +20,7 @@ from programbench.submission import aggregate, score_instance, score_run
 from programbench.utils.load_data import load_all_instances
 
 from agensh_ray.analysis.views import connect
+from agensh_ray.config import SandboxConfig
 from agensh_ray.errors import SubmissionError
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
@@ -256,8 +257,9 @@ async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
     """Through a real worker host and a real ACP agent process: the clone has the reference, untracked;
     the ACP fs path refuses to read or overwrite it, running it works."""
     services = LocalServices(tmp_path, ["w001"])
-    script = tmp_path / "script.json"
-    log = tmp_path / "agent.jsonl"
+    scripts = tmp_path / "scripts"  # the agent runs sandboxed: it sees its script through a read-only mount
+    scripts.mkdir()
+    script = scripts / "script.json"
     script.write_text(json.dumps({"turns": [[
         {"do": "read", "text": "reference/textkit"},
         {"do": "write", "text": "reference/textkit", "content": "#!/bin/sh\necho fake\n"},
@@ -265,8 +267,9 @@ async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
         {"do": "terminal", "text": "git status --porcelain --ignored=no"},
         {"do": "read", "text": "README.md"},
     ]]}))
-    host = services.host(tmp_path / "run", ["w001"],
-                         harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log {log}")
+    host = services.host(tmp_path / "run", ["w001"], sandbox=SandboxConfig(read_only=[scripts]),
+                         harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log ~/agent.jsonl")
+    log = host.workers["w001"].home / "agent.jsonl"
     await host.start()
     try:
         await host.launch("w001")

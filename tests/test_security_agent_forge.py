@@ -1,7 +1,9 @@
 """A hostile worker's forge attacks made the way an agent makes them (issue 12): a real ACP agent process
-(the scripted agent, `cmd:` harness) on a real worker host runs git in its ACP terminal, in its own clone
-with its own credentials, and calls the forge's MCP tools as itself. Each attack is refused with a message
-the agent reads in its terminal output or tool result; afterwards the forge is healthy: the victim's branch
+(the scripted agent, `cmd:` harness) on a real worker host runs git in its own shell (inside its sandbox,
+where no permission request stands between it and the forge: the policy's refusals of ACP terminal commands
+are tests/test_security_sandbox.py's), in its own clone with its own credentials, and calls the forge's MCP
+tools as itself. Each attack is refused by the forge with a message the agent reads in its command's
+output or tool result; afterwards the forge is healthy: the victim's branch
 and PR are as they were, a normal PR merges, every worker's token still works.
 
 (tests/test_security_forge.py has each attack in detail, driven with git directly.)"""
@@ -15,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+
+from agensh_ray.config import SandboxConfig
 from tests.support import LocalServices, await_for
 from tests.test_forge_embedded import commit_file, git, push_branch
 
@@ -47,7 +51,7 @@ ATTACKS = [
 
 
 def steps(victim_pr: int) -> list[dict]:
-    terminal = [{"do": "terminal", "text": text} for text, _ in ATTACKS]
+    terminal = [{"do": "shell", "text": text} for text, _ in ATTACKS]
     tools = [
         {"do": "mcp", "tool": "pr_create", "args": {"head": "w002/feature", "title": "mine now"}},
         {"do": "mcp", "tool": "pr_review", "args": {"number": victim_pr, "verdict": "approve", "body": "LGTM"}},
@@ -87,11 +91,15 @@ async def test_a_hostile_agent_is_refused_by_the_forge_through_its_own_terminal_
     before = refs(forge.repo)
     tokens = {w: forge.add_user(w) for w in WORKERS}
 
-    script, log = tmp_path / "script.json", tmp_path / "agent.jsonl"
+    scripts = tmp_path / "scripts"  # the agent runs sandboxed: it sees its script through a read-only mount
+    scripts.mkdir()
+    script = scripts / "script.json"
     script.write_text(json.dumps({"turns": [steps(pr.number)]}))
     todo = len(steps(pr.number))
     host = services.host(tmp_path / "run", ["w001"], minutes=240, time_scale=60,
-                         harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log {log}")
+                         sandbox=SandboxConfig(read_only=[scripts]),
+                         harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log ~/agent.jsonl")
+    log = host.workers["w001"].home / "agent.jsonl"
     await host.start()
     try:
         await host.launch("w001")

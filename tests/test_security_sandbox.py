@@ -141,7 +141,8 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     host = services.host(run_dir, WORKERS, harness=harness, sandbox=SandboxConfig(read_only=[scripts]))
     w1, w2 = host.workers["w001"], host.workers["w002"]
     log = w1.home / "agent.jsonl"
-    w2_token = services.forge_plain.store.users["w002"]
+    w2_token = services.forge_plain.credentials.token("w002")  # the forge's state keeps only its hash
+    w2_hash = services.forge_plain.store.users["w002"]
     main_before = forge_git(run_dir / "forge", "rev-parse", "main")
     await host.start()
     tree: list[psutil.Process] = []
@@ -211,7 +212,7 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     assert sorted(branches) == ["main", "w001/hello", "w001/own-git", "w002/work"]
     # The other worker: its branch, token and clone untouched.
     assert forge_git(run_dir / "forge", "rev-parse", "w002/work") == w2_branch
-    assert services.forge_plain.store.users["w002"] == w2_token
+    assert services.forge_plain.store.users["w002"] == w2_hash and services.forge_plain._authenticate("w002", w2_token)
     assert w2_token in (w2.workdir / ".git" / "config").read_text()
     # Traced, and nothing of the sandbox outlives the host.
     rows = [r for f in (run_dir / "trace" / "lifecycle").glob("*.parquet") for r in pq.read_table(f).to_pylist()]

@@ -148,6 +148,7 @@ class LocalTask(Task):
                     raise TaskError(f"build.sh of task {self.name!r} failed (exit {proc.returncode}): "
                                     f"{(proc.stdout + proc.stderr).strip()[-1500:]}")
                 tmp = dest.with_name(dest.name + ".tmp")
+                built.chmod(0o700)  # build.sh may leave it execute-only: its owner reads it back (no root needed)
                 shutil.copyfile(built, tmp)
         os.chmod(tmp, 0o111)
         os.replace(tmp, dest)

@@ -187,6 +187,7 @@ class TestResultRow(TraceRow):
     """One row per hidden test per checkpoint (every test of the active branches, ignored ones flagged)."""
 
     __test__ = False  # not a pytest test class
+    identity: ClassVar[tuple[str, ...]] = ("event_id", "branch", "test")  # a checkpoint's rows share its event_id
     checkpoint: str
     """periodic | final (the scores row of the same event_id)."""
     commit: str = ""
