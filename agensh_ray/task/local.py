@@ -150,9 +150,9 @@ class LocalTask(Task):
                 tmp = dest.with_name(dest.name + ".tmp")
                 built.chmod(0o700)  # build.sh may leave it execute-only: its owner reads it back (no root needed)
                 shutil.copyfile(built, tmp)
+        self._reference_hash = sha256(tmp)  # before it is execute-only: a non-root owner cannot read it after
         os.chmod(tmp, 0o111)
         os.replace(tmp, dest)
-        self._reference_hash = sha256(dest)
         return dest
 
     # -- scoring -------------------------------------------------------------------------------

@@ -189,7 +189,7 @@ class BwrapEnvironment:
         self._mkdir(container_path)
         flags = "-xzf" if str(tar_path).endswith((".tar.gz", ".tgz", ".gz")) else "-xf"
         with open(tar_path, "rb") as f:
-            rc, _, err = self._run(["tar", "-C", container_path, flags, "-"], timeout=300, stdin=f)
+            rc, _, err = self._run(["tar", "--no-same-owner", "-C", container_path, flags, "-"], timeout=300, stdin=f)
         if rc != 0:
             raise RuntimeError(f"unpacking {tar_path} into {container_path} failed: {err.strip()[-500:]}")
 
