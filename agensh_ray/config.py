@@ -203,6 +203,10 @@ class RunConfig(BaseModel):
     """Schedule seconds between checkpoints (main scored by ProgramBench's rules); one more at the end."""
     address: str | None = None
     """Ray address (auto to join a cluster); None starts a local instance."""
+    ship_code: bool = True
+    """With an address: ship this checkout to every node (Ray runtime_env working_dir). Off when every
+    node already has it at the same path (one machine, a shared mount): Ray nodes that share one host
+    and session folder would unpack it into the same place at once."""
     queue: bool = False
     """On a cluster with fewer free agent slots than workers, wait for slots instead of refusing."""
     worker_memory_mb: int | None = None

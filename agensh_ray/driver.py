@@ -25,6 +25,7 @@ from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.placement import check_capacity, host_options, launch_offsets
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
+from agensh_ray.task.reference import REFERENCE_DIR, ignore_references
 from agensh_ray.trace import TraceWriter, write_schema_files
 
 log = logging.getLogger("agensh.run")
@@ -60,8 +61,9 @@ class Run:
         # Actor logs stay in Ray's session log folder unless --verbose: the driver prints progress lines.
         kwargs = dict(include_dashboard=False, log_to_driver=self.verbose, logging_level=logging.WARNING)
         if self.cfg.address:
-            # The project ships to every node through the runtime env (same code as this driver).
-            runtime_env = {"working_dir": str(PROJECT_ROOT), "excludes": SHIP_EXCLUDES}
+            # The project ships to every node through the runtime env (same code as this driver), unless
+            # the nodes already have it here.
+            runtime_env = {"working_dir": str(PROJECT_ROOT), "excludes": SHIP_EXCLUDES} if self.cfg.ship_code else {}
             ray.init(address=self.cfg.address, namespace="agensh", runtime_env=runtime_env, **kwargs)
         else:
             ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), namespace="agensh", **kwargs)
@@ -78,7 +80,8 @@ class Run:
         starter = self.run_dir / "starter"
         self.task.materialize_starter(starter)
         # The execute-only reference, built once; each host copies run_dir/reference/* into its clones.
-        self.task.build_reference(self.run_dir / "reference" / self.task.program)
+        self.task.build_reference(self.run_dir / REFERENCE_DIR / self.task.program)
+        ignore_references(self.run_dir)
         write_schema_files(self.run_dir)  # every table queryable from the DuckDB CLI, even if never written
         self.board = get_or_create_board(
             f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"), time_scale=self.cfg.time_scale,

@@ -84,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--routers", type=int, default=2, help="number of RouterActors")
     p.add_argument("--no-stop-when-done", action="store_true", help="run to the deadline even when all are idle")
     p.add_argument("--address", default=None, help="Ray address (auto joins a running cluster); default: local")
+    p.add_argument("--no-ship-code", action="store_true",
+                   help="with --address: do not ship this checkout to the nodes (they have it at the same path)")
     p.add_argument("--queue", action="store_true",
                    help="with fewer free agent slots than workers, wait for slots instead of refusing")
     p.add_argument("--worker-memory-mb", type=int, default=None,
@@ -143,6 +145,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             score_every_s=a.checkpoint_every * 60.0,
             address=a.address,
             queue=a.queue,
+            ship_code=not a.no_ship_code,
             worker_memory_mb=a.worker_memory_mb,
             routing=RoutingConfig(policy=a.policy, routers=a.routers),
             sim=SimConfig(think_s=a.think, bug_rate=a.bug_rate),

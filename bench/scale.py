@@ -115,6 +115,7 @@ def main() -> None:
         workers=args.workers,
         workers_per_actor=per_node,
         address=cluster.address,
+        ship_code=False,  # the simulated nodes share this host's checkout (and one session folder)
         minutes=args.minutes,
         time_scale=args.time_scale,
         launch_interval_s=0.0,

@@ -16,6 +16,8 @@ from ray.autoscaler._private.command_runner import SSHCommandRunner
 from ray.autoscaler._private.commands import _bootstrap_config
 from ray.autoscaler._private.util import prepare_config, validate_config, with_envs, with_head_node_ip
 
+from agensh_ray.task.reference import ignore_references
+
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_FILES = ("cluster.yaml", "cluster-local.yaml")
 PINS = ROOT / ".ci" / "agent-clis.txt"
@@ -210,11 +212,15 @@ def test_rsync_leaves_the_ignored_files_behind_and_fetches_whole_runs(name, tmp_
     # Down: a run folder, as README.md says (trailing slashes), from shared storage or the checkout.
     runs = tmp_path / "node" / "shared" / "runs"
     for rel in ("r1/summary.json", "r1/trace/board/a.parquet", "r1/workers/w001/repo/.git/HEAD",
-                "r1/workers/w001/repo/.gitignore", "r1/forge/repo.git/HEAD"):
+                "r1/workers/w001/repo/.gitignore", "r1/forge/repo.git/HEAD", "r1/reference/prog",
+                "r1/workers/w001/repo/reference/prog", "r1/workers/w001/repo/src/reference/notes.md"):
         (runs / rel).parent.mkdir(parents=True, exist_ok=True)
         (runs / rel).write_text("x")
+    ignore_references(runs / "r1")  # as the driver does: the execute-only copies cannot be read, by rsync either
     down = rsync(f"{runs}/r1/", tmp_path / "here" / "runs" / "r1")
-    assert {"summary.json", "trace/board/a.parquet", "workers/w001/repo/.git/HEAD", "forge/repo.git/HEAD"} <= down
+    assert {"summary.json", "trace/board/a.parquet", "workers/w001/repo/.git/HEAD", "forge/repo.git/HEAD",
+            "workers/w001/repo/src/reference/notes.md"} <= down
+    assert not {p for p in down if p.endswith("reference/prog")}
     # The run folder inside the checkout, the default --run-dir on the head, comes down too.
     assert "r1/trace/board/a.parquet" in rsync(f"{checkout}/runs/", tmp_path / "here2")
     assert "runs/r1/trace/board/a.parquet" in rsync(f"{checkout}/runs", tmp_path / "here3")  # no slash: runs/ inside

@@ -25,6 +25,21 @@ from pathlib import Path
 REFERENCE_DIR = "reference"
 """Where a worker's clone holds the execute-only reference (`reference/<program>`, untracked)."""
 
+RUN_IGNORE = f"""\
+# Written by agensh-ray. Nobody may read the execute-only copies of the task's reference program,
+# rsync included, so `ray rsync-down` of this run folder leaves them behind (the cluster files'
+# rsync_filter reads .gitignore files):
+/{REFERENCE_DIR}/
+/workers/*/repo/{REFERENCE_DIR}/
+"""
+
+
+def ignore_references(run_dir: str | os.PathLike) -> Path:
+    """Write the run folder's `.gitignore` naming its execute-only reference copies (see RUN_IGNORE)."""
+    path = Path(run_dir) / ".gitignore"
+    path.write_text(RUN_IGNORE)
+    return path
+
 
 def execute_only(path: str | os.PathLike) -> bool:
     """True for a regular file that someone may execute and nobody may read."""
