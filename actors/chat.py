@@ -5,6 +5,7 @@ websocket stream). An async actor: long polls wait on its event loop."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import ray
@@ -18,3 +19,6 @@ from agensh_ray.trace import TraceWriter
 class ChatActor(ChatFeed):
     def __init__(self, root: str, run_dir: str, run_id: str, kind: str = "embedded", options: dict | None = None):
         super().__init__(make_chat(kind, Path(root), options), TraceWriter(run_dir, "chat", run_id))
+
+    def pid(self) -> int:
+        return os.getpid()

@@ -4,12 +4,20 @@ git smart-HTTP server, or the Gitea adapter with its webhook intake).
 Threaded, so the HTTP server and API calls run side by side; the forge
 serialises what must be serialised.
 
+Restarted by Ray when its process dies (`max_restarts=-1`): the constructor
+reloads the forge's durable state, listens on the same port (the embedded
+forge remembers it) and writes the forge rows the dead process had not
+flushed (ForgeTracer.reconcile_trace). Calls in flight are not re-sent
+(`max_task_retries=0`: a PR must not be opened twice): their callers get an
+error and may ask again.
+
 What only the Ray edge knows is decided here: on a cluster, the embedded
 forge listens on this node's address, so the agents of other nodes can clone
 and push."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import ray
@@ -19,10 +27,13 @@ from agensh_ray.services.registry import make_forge
 from agensh_ray.trace import TraceWriter
 
 
-@ray.remote(num_cpus=0, max_concurrency=16)
+@ray.remote(num_cpus=0, max_concurrency=16, max_restarts=-1, max_task_retries=0)
 class ForgeActor(ForgeTracer):
     def __init__(self, root: str, run_dir: str, run_id: str, kind: str = "embedded", options: dict | None = None):
         options = dict(options or {})
         if kind == "embedded" and options.get("cluster"):
             options["host"] = ray.util.get_node_ip_address()
         super().__init__(make_forge(kind, Path(root), options), TraceWriter(run_dir, "forge", run_id))
+
+    def pid(self) -> int:
+        return os.getpid()

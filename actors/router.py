@@ -4,7 +4,8 @@ are explained) inside a Ray actor, reading the board, chat and forge actors thro
 
 Everything is named, not handed over: the constructor arguments stay small and inline, so Ray can
 always restart this actor (`max_restarts=-1`), and the restarted pump resumes from its hosts'
-cursors by itself. A host actor that died (RayActorError) is `HostGone` to the pump.
+cursors by itself. A host actor that is restarting (`ActorUnavailableError`) is a failed delivery, sent
+again; one dead for good (`ActorDiedError`) is `HostGone` to the pump.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import os
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from agensh_ray.actors.board import BoardHandle
 from agensh_ray.actors.proxy import AsyncProxy
-from agensh_ray.errors import HostGone
+from agensh_ray.errors import HostAway, HostGone
 from agensh_ray.routing import RouterPump, ServiceSources
 
 
 class _HostLink:
-    """A WorkerActor as the pump's `HostLink`: a dead actor is gone for good."""
+    """A WorkerActor as the pump's `HostLink`: an actor dead for good is gone; one being restarted is
+    a failed call the pump makes again (its new process starts with empty cursors and takes what comes)."""
 
     def __init__(self, actor: Any):
         self.actor = actor
@@ -31,12 +33,16 @@ class _HostLink:
     async def deliver(self, events: list, cursors: dict[str, int]) -> int:
         try:
             return await self.actor.deliver.remote(events, cursors)
+        except ActorUnavailableError as exc:
+            raise HostAway(str(exc).splitlines()[0]) from exc
         except RayActorError as exc:
             raise HostGone(str(exc)) from exc
 
     async def cursors(self) -> dict[str, int]:
         try:
             return await self.actor.cursors.remote()
+        except ActorUnavailableError as exc:
+            raise HostAway(str(exc).splitlines()[0]) from exc
         except RayActorError as exc:
             raise HostGone(str(exc)) from exc
 

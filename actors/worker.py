@@ -1,4 +1,10 @@
-"""WorkerActor: hosts workers (see agensh_ray.worker.WorkerHost); only delegation here."""
+"""WorkerActor: hosts workers (see agensh_ray.worker.WorkerHost); only delegation here.
+
+Restarted by Ray when its process dies (`max_restarts`, calls in flight not re-sent): the new
+process comes up with nothing started, says so in `status` (`started` 0), and the driver starts it
+again and launches its workers anew; each finds its clone in place and resumes with a hand-off
+summary (WorkerHost.launch). Their agent processes died with the old process (the sandbox dies with
+its parent; an unsandboxed agent sees its stdin close)."""
 
 from __future__ import annotations
 
@@ -24,7 +30,11 @@ class _Services:
             self.gateway = AsyncProxy(gateway)
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+MAX_RESTARTS = 10
+"""Restarts of one WorkerActor before Ray gives up on it (a host that keeps dying is lost)."""
+
+
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
 class WorkerActor:
     def __init__(self, host_id, worker_ids, cfg_json, run_dir, run_id, board, chat, forge, clone_urls, start_wall,
                  task_root):
@@ -54,7 +64,11 @@ class WorkerActor:
         return self.host.cursors()
 
     def status(self) -> dict[str, int]:
-        return self.host.status()
+        """The host's counters, plus `pid` and `started` (0 in a process Ray has just restarted)."""
+        return {**self.host.status(), "pid": os.getpid(), "started": int(self.host.started)}
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def agent_pids(self) -> dict:
         return self.host.agent_pids()

@@ -19,6 +19,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from agensh_ray.actors.supervise import ActorAway, Watch, call
 from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.errors import CapacityError
 from agensh_ray.paths import PROJECT_ROOT
@@ -26,7 +27,7 @@ from agensh_ray.placement import check_capacity, host_options, launch_offsets
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
 from agensh_ray.task.reference import REFERENCE_DIR, ignore_references
-from agensh_ray.trace import TraceWriter, write_schema_files
+from agensh_ray.trace import LifecycleRow, TraceWriter, write_schema_files
 
 log = logging.getLogger("agensh.run")
 
@@ -49,6 +50,12 @@ class Run:
         self._prs_open = self._prs_merged = 0
         self._owns_ray = False
         self.gateways = None
+        self.watch = Watch()
+        """The pids of the run's actors: deaths and restarts, as lifecycle rows and on the progress line."""
+        self._launched: set[str] = set()
+        self._host_status: dict[str, dict] = {}
+        """Each host's last answer (a host that is away counts with it)."""
+        self._host_asks: dict[str, object] = {}
 
     def say(self, text: str) -> None:
         elapsed = time.time() - self.t0 if self.t0 else 0.0
@@ -102,6 +109,9 @@ class Run:
 
             self.gateways = Gateways(self.cfg, self.run_dir, self.run_id, self.on_head)
         self.checkpoints = Checkpoints(self.task, self.run_dir, self.driver_trace, self.cfg.time_scale)
+        self.watch.add("board", lambda: self.board.actor.pid.remote())
+        self.watch.add("chat", lambda: self.chat.pid.remote())
+        self.watch.add("forge", lambda: self.forge.pid.remote())
 
     def _start_hosts(self) -> None:
         from agensh_ray.actors.router import RouterActor
@@ -121,7 +131,8 @@ class Run:
                 {w: self.clone_urls[w] for w in ws}, start_wall, str(self.task.root or ""),
             )
             self.hosts[hid] = (handle, ws)
-        ray.get([h.start.remote() for h, _ in self.hosts.values()])
+        for (hid, (h, _)), pid in zip(self.hosts.items(), ray.get([h.start.remote() for h, _ in self.hosts.values()])):
+            self.watch.add(f"host {hid}", lambda h=h: h.pid.remote(), pid)
         # The schedule (launch offsets, wind-down, deadline) starts now that the hosts are up:
         # bootstrap time on a loaded machine must not eat into the run.
         self.start_wall = time.time()
@@ -139,22 +150,76 @@ class Run:
             )
             for i, s in enumerate(slices)
         ]
-        ray.get([r.ensure_started.remote() for r in self.routers])
+        for i, (r, pid) in enumerate(zip(self.routers, ray.get([r.ensure_started.remote() for r in self.routers]))):
+            self.watch.add(f"router r{i}", lambda r=r: r.ensure_started.remote(), pid)
         self.host_of = {w: h for h, (_, ws) in self.hosts.items() for w in ws}
 
     # -- running ---------------------------------------------------------------------
     def _status(self) -> dict:
+        """The hosts' counters summed. Never blocks on a host that is away (its last answer counts) and
+        starts again any host Ray has restarted (its `started` is 0)."""
+        for hid, (h, _) in self.hosts.items():
+            if hid not in self._host_asks:
+                self._host_asks[hid] = h.status.remote()
+        asks = {ref: hid for hid, ref in self._host_asks.items()}
+        ready, _ = ray.wait(list(asks), num_returns=len(asks), timeout=2.0)
+        for ref in ready:
+            hid = asks[ref]
+            del self._host_asks[hid]
+            try:
+                answer = ray.get(ref)
+            except Exception as exc:  # away: the watch reports it; the last answer counts meanwhile
+                log.info("status of host %s: %s", hid, type(exc).__name__)
+                continue
+            if not answer.pop("started", 1):
+                self._restart_host(hid)
+            answer.pop("pid", None)
+            self._host_status[hid] = answer
         st = Counter()
-        for s in ray.get([h.status.remote() for h, _ in self.hosts.values()]):
+        for s in self._host_status.values():
             st.update(s)
         return dict(st)
 
+    def _restart_host(self, hid: str) -> None:
+        """A host Ray restarted: start it, give it the schedule, launch again the workers it had."""
+        h, ws = self.hosts[hid]
+        again = [w for w in ws if w in self._launched]
+        try:
+            call(f"host {hid}", h.start.remote, deadline_s=60)
+            call(f"host {hid}", lambda: h.set_start.remote(self.start_wall), deadline_s=30)
+        except ActorAway as exc:
+            self.say(f"host {hid} could not be started again: {exc}")
+            return
+        for w in again:
+            h.launch.remote(w)
+        self._lifecycle(f"host {hid}", "resumed", None, f"started again; {len(again)} worker(s) launched again")
+        self.say(f"host {hid} was restarted: {len(again)} worker(s) resume with a hand-off summary")
+
+    def _lifecycle(self, actor: str, event: str, pid: int | None, detail: str) -> None:
+        """A death or restart of one of the run's actors, as a lifecycle row (worker_id null, host = the actor)."""
+        self.driver_trace.write(LifecycleRow(event=f"actor_{event}", detail=detail, host=actor, pid=pid))
+
+    def _supervise(self) -> None:
+        """Record the actors that died or came back since the last tick."""
+        for ch in self.watch.poll(wait_s=1.0):
+            self._lifecycle(ch.actor, ch.event, ch.pid, ch.detail)
+            if ch.event in ("died", "restarted", "lost"):
+                self.say(f"{ch.actor} {ch.event}" + (f" (pid {ch.pid})" if ch.pid else "") + f": {ch.detail}")
+
     def _progress(self, st: dict) -> str:
         """One progress line; reads the board and forge incrementally by cursor."""
-        for e in self.board.since(self._board_cursor, 100_000):
-            self._types[e.type.value] += 1
+        try:
+            board = call("board", lambda: self.board.actor.since_rows.remote(self._board_cursor, 100_000), 10, 5)
+        except ActorAway:
+            board = []  # away: counted at the next tick
+        for e in board:
+            self._types[e.type] += 1
             self._board_cursor = e.seq
-        for ev in ray.get(self.forge.events_since.remote(self._forge_cursor, 100_000)):
+        try:
+            forge = call("forge", lambda: self.forge.events_since.remote(self._forge_cursor, 100_000), 10, 5)
+        except ActorAway:
+            forge = []
+        for ev in forge:
             self._forge_cursor = ev.seq
             if ev.kind == "pr_opened":
                 self._prs_open += 1
@@ -162,6 +227,9 @@ class Run:
                 self._prs_open -= 1
                 self._prs_merged += ev.kind == "pr_merged"
         board = ", ".join(f"{t} {n}" for t, n in sorted(self._types.items()))
+        away = self.watch.away()
+        actors = (f" | {self.watch.restarts} actors restarted" if self.watch.restarts else "") + (
+            f" | away: {', '.join(away)}" if away else "")
         score = f"{self.last_score:.0%}" if self.last_score is not None else "-"
         self._open_prs = self._prs_open
         self._board_total = sum(self._types.values())
@@ -176,13 +244,13 @@ class Run:
             f"{st.get('idle', 0)} idle, {st.get('crashed', 0)} crashed, {st.get('turn_errors', 0)} turn errors"
             + (f", {st['budget_stopped']} stopped at budget" if st.get("budget_stopped") else "")
             + f" | board {self._board_total} ({board or 'empty'}) | "
-            f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}{model}"
+            f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}{model}{actors}"
         )
 
     def _score(self, checkpoint: str) -> None:
         """Score main by ProgramBench's rules (agensh_ray/task/checkpoint.py): periodic ones in the
         background (skipped while one runs), the final one after any running one, here."""
-        url = ray.get(self.forge.clone_url.remote("admin"))
+        url = call("forge", lambda: self.forge.clone_url.remote("admin"))
         if checkpoint == "final":
             self.checkpoints.wait()
             self._final_score = self.checkpoints.run("final", url)
@@ -210,10 +278,12 @@ class Run:
             while next_launch < len(self.workers) and now - t_start >= offsets[next_launch]:
                 w = self.workers[next_launch]
                 self.hosts[self.host_of[w]][0].launch.remote(w)
+                self._launched.add(w)
                 next_launch += 1
             if now >= next_progress:
                 for r in self.routers:  # a restarted router resumes here
                     r.ensure_started.remote()
+                self._supervise()
                 st = self._status()
                 self.say(self._progress(st))
                 self._turn_errors = st.get("turn_errors", 0)
@@ -271,8 +341,7 @@ class Run:
             self.say(f"{len(self.hosts)} WorkerActors, {len(self.routers)} RouterActors up; launching workers")
             self._loop()
             self.say("stopping workers")
-            ray.get([h.stop.remote() for h, _ in self.hosts.values()])
-            ray.get([r.stop.remote() for r in self.routers])
+            self._stop_all()
             self._score("final")
             summary = self._summary()
         finally:
@@ -280,13 +349,26 @@ class Run:
         self._print_summary(summary)
         return summary
 
+    def _stop_all(self) -> None:
+        """Stop every host, then every router, each within a deadline; one that is away is named, not waited for."""
+        for kind, actors in (("host", [h for h, _ in self.hosts.values()]), ("router", self.routers)):
+            refs = [a.stop.remote() for a in actors]
+            ready, late = ray.wait(refs, num_returns=len(refs), timeout=60)
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except Exception as exc:
+                    self.say(f"a {kind} could not be stopped cleanly: {type(exc).__name__}")
+            if late:
+                self.say(f"{len(late)} {kind}(s) did not stop within 60s; going on")
+
     def _summary(self) -> dict:
-        prs = ray.get(self.forge.pr_list.remote("all"))
-        events = ray.get(self.forge.events_since.remote(0, 10**9))
+        prs = call("forge", lambda: self.forge.pr_list.remote("all"))
+        events = call("forge", lambda: self.forge.events_since.remote(0, 10**9))
         conflicts = [e for e in events if e.kind == "merge_conflict"]
         merged_numbers = {p.number for p in prs if p.state == "merged"}
-        entries = self.board.since(0, 10**9)
-        msgs = ray.get(self.chat.messages_since.remote(0, 10**9))
+        entries = call("board", lambda: self.board.actor.since_rows.remote(0, 10**9))
+        msgs = call("chat", lambda: self.chat.messages_since.remote(0, 10**9))
         res = self._final_score
         return {
             "run_id": self.run_id,
@@ -301,10 +383,11 @@ class Run:
             "merged_pr_authors": len({p.author for p in prs if p.state == "merged"}),
             "merge_conflicts": len(conflicts),
             "merge_conflicts_resolved": len({e.pr for e in conflicts if e.pr in merged_numbers}),
-            "board_entries": dict(Counter(e.type.value for e in entries)),
+            "board_entries": dict(Counter(e.type for e in entries)),
             "dms": sum(m.to is not None for m in msgs),
             "channel_posts": sum(m.to is None for m in msgs),
             "turn_errors": getattr(self, "_turn_errors", 0),
+            "actors_restarted": self.watch.restarts,
             **self._model_summary(),
             "score": res.score,
             "tests_passed": res.passed,

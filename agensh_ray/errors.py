@@ -130,6 +130,10 @@ class HostGone(Exception):
     Any other error of a delivery is transient: the router sends the batch again."""
 
 
+class HostAway(Exception):
+    """A worker host a router feeds is being restarted: the delivery is sent again (a warning, no traceback)."""
+
+
 class GatewayError(ValueError):
     """The model gateway cannot be set up as asked (no price map, a bad override or limits file, no upstream
     for the harness); the message names the file or setting and what to do."""

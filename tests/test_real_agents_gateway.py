@@ -197,7 +197,7 @@ async def test_a_worker_over_its_budget_is_stopped_and_its_claim_released_while_
     assert len(stop) == 1 and stop[0].startswith("budget reached: worker w001 has spent $")
     assert not [1 for wid, e, _ in life if wid == "w002" and e == "stopped" and "budget" in _]
     board = [(e.type.value, e.worker_id, e.text) for e in services.board_plain.recent()]
-    assert ("FAIL", "w001", "release claim upper: textkit/commands/upper.py: w001 stopped") in board
+    assert ("FAIL", "w001", "release upper: textkit/commands/upper.py: w001 stopped") in board
     assert ("FACT", "w002", "w002 works on after w001 was stopped") in board
     assert ("OBSERVED", "w001", "the call that crossed the cap") in board
     assert not [r for r in fake.requests if r.worker == "w001" and r.step == 2]  # refused before the provider

@@ -36,6 +36,7 @@ from agensh_ray.errors import BoardError
 from agensh_ray.inputs import whole_number
 from agensh_ray.models import BoardEntry
 from agensh_ray.trace import BoardRow, TraceWriter
+from agensh_ray.trace.reconcile import missing_seqs
 from agensh_ray.wire import RecentDelta, Row
 
 _BOARD_TRACE_FIELDS = {"ts", "worker_id", "event_id", "seq", "type", "text", "has_detail"}
@@ -113,6 +114,10 @@ class BoardService:
         self._grep_pool: ThreadPoolExecutor | None = None
         self._greps_started = 0
         self._greps_running = 0
+        self._run_dir = run_dir
+        self.reconciled = self._reconcile_trace()
+        """Board rows written at construction for entries of the log no trace file held (a predecessor
+        that died before flushing them)."""
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -194,12 +199,27 @@ class BoardService:
 
     def _trace_backlog(self) -> None:
         rows, self._untraced = self._untraced, []
+        self._trace_rows(rows)
+
+    def _trace_rows(self, rows: list[Any]) -> None:
         if not rows:
             return
         write = self._trace.write_fields  # type: ignore[union-attr]
         for r in rows:  # BoardRow's fields, from entries the board has validated
             write("board", {"ts": r.ts, "worker_id": r.worker_id, "event_id": f"board:{r.seq}", "seq": r.seq,
                             "type": r.type, "text": r.text, "has_detail": r.has_detail})
+
+    def _reconcile_trace(self) -> int:
+        """Write the `board` rows of logged entries that no trace file holds (agensh_ray/trace/reconcile.py);
+        at construction (a restart included) and at close, after this writer's own flush."""
+        if self._trace is None:
+            return 0
+        self._trace.flush()
+        entries = {r.seq: r for r in self.board.since_rows(0, len(self.board) + 1)}
+        missing = missing_seqs(self._run_dir, "board", entries)
+        self._trace_rows([entries[s] for s in missing])
+        self._trace.flush()
+        return len(missing)
 
     # ------------------------------------------------------------ reads
 
@@ -312,6 +332,7 @@ class BoardService:
         """End of run: flush the trace, close the log, stop counting garbage collections (idempotent)."""
         if self._trace is not None:
             self._trace_backlog()
+            self._reconcile_trace()
             self._trace.close()
         if self._grep_pool is not None:
             self._grep_pool.shutdown(wait=False, cancel_futures=True)

@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Any
 
-from agensh_ray.errors import HostGone
+from agensh_ray.errors import HostAway, HostGone
 from agensh_ray.routing.fanout import Fanout
 from agensh_ray.seams import HostLink, RouterSources
 from agensh_ray.wire import SOURCES, Event
@@ -111,6 +111,9 @@ class RouterPump:
             except HostGone:
                 log.warning("router %s: host %s is gone; not routing to it", self.router_id, h)
                 self.outboxes[h].dead = True
+            except Exception as exc:  # a host being restarted: it starts empty and takes what comes next
+                log.warning("router %s: host %s did not give its cursors (%s); routing from here on",
+                            self.router_id, h, exc)
         for src in SOURCES:
             self.cursors[src] = min((c.get(src, 0) for c in got.values()), default=0)
         for h, c in got.items():
@@ -192,10 +195,11 @@ class RouterPump:
                 ob.dead, ob.events = True, []
                 ob.drained.set()
                 return
-            except Exception:
+            except Exception as exc:
                 self.failed_deliveries += 1
-                log.exception("router %s: deliver to %s failed (%d failed deliveries so far); retrying",
-                              self.router_id, h, self.failed_deliveries)
+                say = log.warning if isinstance(exc, HostAway) else log.exception  # restarting: no traceback
+                say("router %s: deliver to %s failed (%d failed deliveries so far); retrying",
+                    self.router_id, h, self.failed_deliveries)
                 ob.events[:0] = events  # the host drops whatever of it arrived
                 ob.ready.set()
                 await asyncio.sleep(self.retry_s)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 WORKER_RE = re.compile(r"worker id:\s*(w\d+)", re.I)
 CLAIM_RE = re.compile(r'^#(\d+) CLAIM (w\d+): "claim ([\w-]+)', re.M)
 SUMMARY_RE = re.compile(r'^#\d+ PATCH_SUMMARY (w\d+): "([\w-]+):', re.M)
-RELEASE_RE = re.compile(r'^#\d+ FAIL (w\d+): "release ([\w-]+)', re.M)
+RELEASE_RE = re.compile(r'^#(\d+) FAIL (w\d+): "release ([\w-]+)', re.M)
 """An entry reads `#12 CLAIM w003: "claim tac: ..."` (agensh_ray.render.fmt_entry: the text quoted)."""
 CONFLICT_RE = re.compile(r"conflicts with main in \d+ file\(s\): (.+?)\.\s", re.S)
 PR_RE = re.compile(r"PR #(\d+)")
@@ -167,8 +167,8 @@ class Turn:
         )
         my_seq = int(re.search(r"#(\d+)", entry).group(1))
         # Settle a collision: the earliest claim wins, later claimants back off and say so by DM.
-        same = await self.tool("board_grep", pattern=f"claim {feature}:", regex=False, limit=100)
-        rivals = [(seq, w) for seq, w, f in self._claims(same) if f == feature and w != self.s.worker]
+        same = await self.tool("board_grep", pattern=f"(claim|release) {re.escape(feature)}:", limit=200)
+        rivals = [(seq, w) for seq, w, f in self._open_claims(same) if f == feature and w != self.s.worker]
         earlier = [(seq, w) for seq, w in rivals if seq < my_seq]
         if earlier:
             seq, winner = min(earlier)
@@ -185,13 +185,20 @@ class Turn:
     def _claims(self, board: str) -> list[tuple[int, str, str]]:
         return [(int(seq), w, f) for seq, w, f in CLAIM_RE.findall(board)]
 
+    def _open_claims(self, board: str) -> list[tuple[int, str, str]]:
+        """The claims their claimant has not released since (a release covers that worker's earlier claims
+        of the feature: its own back-off, or its host's release when it stopped or its host died)."""
+        last_release: dict[tuple[str, str], int] = {}
+        for seq, w, f in RELEASE_RE.findall(board):
+            last_release[(w, f)] = max(int(seq), last_release.get((w, f), 0))
+        return [(seq, w, f) for seq, w, f in self._claims(board) if seq > last_release.get((w, f), 0)]
+
     def _active_claims(self, board: str) -> dict[str, tuple[int, str]]:
         """feature -> (seq, worker) of the earliest claim not released or summarised by its claimant."""
-        released = {(w, f) for w, f in RELEASE_RE.findall(board)}
         summarised = set(SUMMARY_RE.findall(board))
         out: dict[str, tuple[int, str]] = {}
-        for seq, w, f in self._claims(board):
-            if (w, f) in released or (w, f) in summarised:
+        for seq, w, f in self._open_claims(board):
+            if (w, f) in summarised:
                 continue
             if f not in out or seq < out[f][0]:
                 out[f] = (seq, w)

@@ -44,7 +44,8 @@ class TraceWriter:
         max_rows: int = 50_000,
         window_s: float = 300.0,
     ):
-        self.root = Path(run_dir) / "trace"
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / "trace"
         # Unique per process incarnation: a restarted actor never overwrites its predecessor's files.
         self.writer = f"{writer}-{os.getpid()}-{secrets.token_hex(2)}"
         self.run_id = run_id

@@ -30,6 +30,7 @@ from typing import Any
 
 from agensh_ray import prompts
 from agensh_ray.agent import sandbox
+from agensh_ray.agent.handoff import handoff_summary
 from agensh_ray.agent.harness import Harness, get_harness
 from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
@@ -92,6 +93,8 @@ class WorkerHost:
         self.stopping = asyncio.Event()
         self._clock_event: asyncio.Event | None = None
         self._clock_task: asyncio.Task | None = None
+        self.started = False
+        """`start` ran (False in a host process that was restarted until the driver starts it again)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -102,6 +105,7 @@ class WorkerHost:
         await self.tools.start()
         self._clock_event = asyncio.Event()
         self._clock_task = asyncio.create_task(self._clock(), name=f"clock-{self.host_id}")
+        self.started = True
 
     def schedule_s(self) -> float:
         """Schedule seconds since the run started."""
@@ -113,7 +117,17 @@ class WorkerHost:
             return
         w.launched = True
         w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s())
+        resumed = (w.workdir / ".git").exists()  # launched before, by a host process that died
         await asyncio.to_thread(self.workdirs.prepare, w.id, w.workdir, w.home, self.clone_urls[w.id])
+        if resumed:
+            fixed = await asyncio.to_thread(self.workdirs.recover, w.id, w.workdir, w.home)
+            # What it claimed and had not finished is open again (its session, which knew, is gone).
+            await self.release_claims(w, "its host died before the work was finished")
+            self.lifecycle(w, "resumed", "its host was restarted: clone kept" + (f" ({fixed})" if fixed else "")
+                           + ", new session with hand-off summary")
+            text = await handoff_summary(w.id, self.services)
+            self.push(w, "handoff", text + (f"\n\nYour clone, left by your previous session: {fixed}." if fixed else ""),
+                      "low")
         w.task = asyncio.create_task(w.run(), name=f"worker-{w.id}")
         self.clock_changed()
 
@@ -164,7 +178,8 @@ class WorkerHost:
                     if e.worker_id == w.id]
             for c in claims:
                 if not done or c.seq > max(done):
-                    text = f"release {c.text}"[:70] + f": {w.id} stopped"
+                    subject = c.text[len("claim "):] if c.text.lower().startswith("claim ") else c.text
+                    text = f"release {subject}"[:70] + f": {w.id} stopped"
                     await board.awrite(BoardEntryIn(worker_id=w.id, type="FAIL", text=text[:100], detail=why))
         except Exception as exc:  # the stop goes on: the lifecycle row says what could not be released
             log.warning("releasing the claims of %s failed: %s", w.id, exc)

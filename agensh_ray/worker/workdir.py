@@ -115,6 +115,34 @@ class Workdirs:
         _git(["-C", str(workdir), "remote", "set-url", "origin", clone_url], env)
         self.install_references(workdir)
 
+    def recover(self, worker_id: str, workdir: Path, home: Path) -> str:
+        """A clone left by a host process that died mid-work, made usable again: git's lock files of
+        a killed git removed, a merge or rebase in progress aborted, uncommitted changes stashed (not
+        lost: `git stash list`). Returns what was done, for the worker's hand-off (empty: nothing)."""
+        env = git_env(worker_id, home)
+        done = []
+        git_dir = workdir / ".git"
+        locks = [p for p in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock")] if p.is_file()]
+        for lock in locks:
+            lock.unlink(missing_ok=True)
+        if locks:
+            done.append(f"removed {len(locks)} stale git lock file(s)")
+        for op, marker in (("merge", "MERGE_HEAD"), ("rebase", "rebase-merge"), ("rebase", "rebase-apply"),
+                           ("cherry-pick", "CHERRY_PICK_HEAD")):
+            if (git_dir / marker).exists():
+                res = subprocess.run(["git", "-C", str(workdir), op, "--abort"], capture_output=True, text=True,
+                                     env=env, timeout=120)
+                done.append(f"aborted the {op} in progress" + ("" if res.returncode == 0 else " (failed)"))
+        status = subprocess.run(["git", "-C", str(workdir), "status", "--porcelain"], capture_output=True, text=True,
+                                env=env, timeout=120)
+        if status.returncode == 0 and status.stdout.strip():
+            res = subprocess.run(["git", "-C", str(workdir), "stash", "push", "--include-untracked", "-m",
+                                  "uncommitted when the worker's host died"], capture_output=True, text=True,
+                                 env=env, timeout=120)
+            done.append("stashed the uncommitted changes (git stash list; git stash pop to get them back)"
+                        if res.returncode == 0 else f"could not stash the uncommitted changes: {res.stderr.strip()[-200:]}")
+        return "; ".join(done)
+
     def install_references(self, workdir: Path) -> None:
         """The run's execute-only reference (the driver built it in <run>/reference/) into the clone's
         reference/, untracked (agensh_ray/task/reference.py)."""

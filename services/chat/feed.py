@@ -21,6 +21,7 @@ import asyncio
 from agensh_ray.models import ChatMessage
 from agensh_ray.seams import Chat
 from agensh_ray.trace import MessageRow, TraceWriter
+from agensh_ray.trace.reconcile import missing_seqs
 
 
 class ChatFeed:
@@ -38,6 +39,9 @@ class ChatFeed:
         """True when the chat reports its own new messages (they may not come through post/dm)."""
         if self._pushed:
             chat.add_listener(self._on_message)
+        self.reconciled = self.reconcile_trace()
+        """Message rows written at construction for logged messages no trace file held (a predecessor
+        that died before flushing them)."""
 
     def add_user(self, name: str) -> None:
         self.chat.add_user(name)
@@ -76,8 +80,23 @@ class ChatFeed:
         return self.chat.last_seq
 
     def close(self) -> None:
+        self.reconcile_trace()
         self.trace.close()
         self.chat.close()
+
+    def reconcile_trace(self) -> int:
+        """Write the `messages` rows of logged messages that no trace file holds (agensh_ray/trace/reconcile.py):
+        at construction (a restart included) and at close. Needs the trace's run folder (None: nothing)."""
+        run_dir = getattr(self.trace, "run_dir", None)
+        if run_dir is None:
+            return 0
+        self.trace.flush()
+        logged = {m.seq: m for m in self.chat.messages_since(0, 10**9)}
+        missing = missing_seqs(run_dir, "messages", logged)
+        for seq in missing:
+            self._trace(logged[seq])
+        self.trace.flush()
+        return len(missing)
 
     # ---------------------------------------------------------------- inside
 

@@ -21,6 +21,7 @@ from agensh_ray.models import ForgeEvent, Issue, PullRequest
 from agensh_ray.seams import Forge
 from agensh_ray.services.forge.rules import verdict_of
 from agensh_ray.trace import ForgeRow, IntakeRow, PrChangeRow, TraceWriter, diff_changes
+from agensh_ray.trace.reconcile import missing_seqs
 
 SNAPSHOT_KINDS = ("pr_opened", "pr_merged", "pr_closed")
 
@@ -34,9 +35,12 @@ class ForgeTracer:
         intake = getattr(forge, "intake", None)
         if intake is not None:  # refused webhooks: one trace row each, nothing else
             intake.on_rejected = self._rejected
-        self._traced = 0
-        """The seq of the newest event traced."""
         self._lock = threading.Lock()
+        self._traced = 0
+        """Every event up to this seq is traced."""
+        self.reconciled = self.reconcile_trace()
+        """Forge rows written at construction for logged events no trace file held (a predecessor that
+        died before flushing them; a restarted forge actor does not trace the whole log again)."""
 
     # ------------------------------------------------------------------ calls
 
@@ -88,6 +92,7 @@ class ForgeTracer:
 
     def close(self) -> None:
         self.trace_events()
+        self.reconcile_trace()
         self.trace.close()
         self.forge.close()
 
@@ -109,25 +114,39 @@ class ForgeTracer:
         except Exception:
             return None
 
+    def reconcile_trace(self) -> int:
+        """Write the rows of logged events that no trace file holds (agensh_ray/trace/reconcile.py) and move the
+        cursor past the log's end: at construction (a restart included) and at close."""
+        with self._lock:
+            self.trace.flush()
+            logged = {e.seq: e for e in self.forge.events_since(0, 10**9)}
+            missing = missing_seqs(self.trace.run_dir, "forge", logged)
+            self._write_rows([logged[s] for s in missing])
+            self._traced = max([self._traced, *logged])
+            self.trace.flush()
+            return len(missing)
+
     def trace_events(self) -> None:
         """Write the rows of every event not traced yet."""
         with self._lock:
-            events = self.forge.events_since(self._traced)
-            authors: dict[int, str | None] = {}
-            for ev in events:
-                if ev.pr is not None and ev.pr not in authors:
-                    authors[ev.pr] = self._author(ev.pr)
-                author = authors.get(ev.pr) if ev.pr else None
-                verdict = verdict_of(ev.detail) if ev.kind == "pr_reviewed" else None
-                self.trace.write(
-                    ForgeRow(
-                        ts=ev.ts, worker_id=ev.actor, event_id=ev.event_id, seq=ev.seq, kind=ev.kind, pr=ev.pr,
-                        pr_author=author, ref=ev.ref, detail=ev.detail[:2000], verdict=verdict,
-                    )
+            self._write_rows(self.forge.events_since(self._traced, 10**9))
+
+    def _write_rows(self, events: list[ForgeEvent]) -> None:
+        authors: dict[int, str | None] = {}
+        for ev in events:
+            if ev.pr is not None and ev.pr not in authors:
+                authors[ev.pr] = self._author(ev.pr)
+            author = authors.get(ev.pr) if ev.pr else None
+            verdict = verdict_of(ev.detail) if ev.kind == "pr_reviewed" else None
+            self.trace.write(
+                ForgeRow(
+                    ts=ev.ts, worker_id=ev.actor, event_id=ev.event_id, seq=ev.seq, kind=ev.kind, pr=ev.pr,
+                    pr_author=author, ref=ev.ref, detail=ev.detail[:2000], verdict=verdict,
                 )
-                if ev.pr is not None and ev.kind in SNAPSHOT_KINDS:
-                    self._snapshot(ev, author)
-                self._traced = ev.seq
+            )
+            if ev.pr is not None and ev.kind in SNAPSHOT_KINDS:
+                self._snapshot(ev, author)
+            self._traced = max(self._traced, ev.seq)
 
     def _snapshot(self, ev: ForgeEvent, author: str | None) -> None:
         """The lines the PR changes, as PrChangeRows (an unreadable PR: none)."""

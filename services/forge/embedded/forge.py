@@ -23,6 +23,10 @@ from agensh_ray.services.forge.rules import ADMINS, PROTECTED_BRANCH
 REPO_NAME = "repo.git"
 PROTECTION_MESSAGE = "main is protected: push a branch, open a PR (pr_create) and merge it (pr_merge)"
 
+PORT_FILE = "http.port"
+"""The port the forge's git HTTP server listens on, kept beside its state: a restarted forge listens
+there again, so the URLs in every clone's remote stay right."""
+
 
 class EmbeddedForge:
     """The Forge protocol on one machine: a bare repo, git smart HTTP, PRs, events."""
@@ -30,9 +34,13 @@ class EmbeddedForge:
     def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0, token_key: bytes | str | None = None,
                  limits: PushLimits | None = None):
         """`token_key`: what the users' tokens are made from (tokens.py; None: a random key, so tokens do
-        not outlive this process); `limits`: per push and per file (PushLimits' defaults)."""
+        not outlive this process); `limits`: per push and per file (PushLimits' defaults). `port` 0: the
+        port this root's forge listened on before (PORT_FILE: a restarted forge keeps its clones' URLs),
+        else a free one."""
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        if port == 0 and (self.root / PORT_FILE).is_file():
+            port = int((self.root / PORT_FILE).read_text().strip() or 0)
         self.repo = self.root / REPO_NAME
         self.host = host
         self._lock = threading.RLock()
@@ -57,8 +65,9 @@ class EmbeddedForge:
     # ================================================================ lifecycle
 
     def start(self) -> None:
-        """Start the git HTTP server in a daemon thread (idempotent)."""
+        """Start the git HTTP server in a daemon thread (idempotent); remember its port (PORT_FILE)."""
         self._http.start()
+        (self.root / PORT_FILE).write_text(f"{self._http.port}\n")
 
     def close(self) -> None:
         """Stop the HTTP server and close the logs (idempotent). State is already on disk."""

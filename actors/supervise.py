@@ -1,0 +1,132 @@
+"""The driver's view of its actors: calls with a deadline, and who died and came back.
+
+Every actor of a run may die at any moment; Ray restarts the ones declared restartable (board,
+routers, chat, forge, workers) and runs their constructors again, which reload durable state. For
+the driver that means: a call may fail while the actor is away (`ActorUnavailableError`), or wait
+until it is back. `call` retries such a call until a deadline, then raises `ActorAway` naming the
+actor; `Watch` asks each actor for its pid once per progress tick, without ever blocking the loop on
+one that is away, and reports each death (seen as "away", or as a new pid) and each comeback once,
+as `Change`s the driver writes as `lifecycle` rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
+
+log = logging.getLogger("agensh.supervise")
+
+AWAY = (ActorUnavailableError, GetTimeoutError)
+"""What a call to an actor that is restarting (or slow) raises: try again later."""
+
+
+class ActorAway(RuntimeError):
+    """An actor did not answer within the deadline (or is dead for good)."""
+
+
+def call(what: str, make_ref: Callable[[], Any], deadline_s: float = 120.0, attempt_s: float = 15.0) -> Any:
+    """`ray.get(make_ref())`, sent again while the actor is away (each attempt waits up to `attempt_s`),
+    for at most `deadline_s`; then `ActorAway` naming `what`. Only for calls that are safe to repeat
+    (reads, idempotent writes). An actor dead for good raises at once."""
+    end = time.monotonic() + deadline_s
+    last: Exception | None = None
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            return ray.get(make_ref(), timeout=min(attempt_s, left))
+        except ActorDiedError as exc:
+            raise ActorAway(f"the {what} actor is dead and will not be restarted: {exc}") from exc
+        except AWAY as exc:
+            last = exc
+            time.sleep(min(0.5, max(0.0, end - time.monotonic())))
+    raise ActorAway(f"the {what} actor did not answer for {deadline_s:.0f}s (restarting, or its node is lost): "
+                    f"{type(last).__name__ if last else 'no answer'}")
+
+
+@dataclass
+class Change:
+    """One actor's death or comeback, as the driver reports and traces it."""
+
+    actor: str
+    event: str
+    """died | restarted | lost (dead for good)."""
+    pid: int | None
+    detail: str = ""
+
+
+@dataclass
+class _Watched:
+    name: str
+    ask: Callable[[], Any]
+    """Sends the pid request (an ObjectRef)."""
+    pid: int | None = None
+    away: bool = False
+    lost: bool = False
+    pending: Any = None
+    since: float = field(default_factory=time.monotonic)
+
+
+class Watch:
+    """The pids of a run's actors, polled without blocking; `restarts` counts comebacks."""
+
+    def __init__(self) -> None:
+        self.actors: dict[str, _Watched] = {}
+        self.restarts = 0
+
+    def add(self, name: str, ask: Callable[[], Any], pid: int | None = None) -> None:
+        """Watch `name`; `ask()` sends a call that answers the actor's pid (its first value, if known)."""
+        self.actors[name] = _Watched(name, ask, pid)
+
+    def away(self) -> list[str]:
+        return sorted(n for n, w in self.actors.items() if w.away and not w.lost)
+
+    def poll(self, wait_s: float = 1.0) -> list[Change]:
+        """Ask every actor that has no question pending, wait up to `wait_s` for the answers, and
+        return what changed since the last poll."""
+        changes: list[Change] = []
+        for w in self.actors.values():
+            if w.pending is None and not w.lost:
+                try:
+                    w.pending = w.ask()
+                except RayActorError as exc:
+                    changes += self._failed(w, exc)
+        pending = {w.pending: w for w in self.actors.values() if w.pending is not None}
+        if not pending:
+            return changes
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=wait_s)
+        for ref in ready:
+            w = pending[ref]
+            w.pending = None
+            try:
+                pid = ray.get(ref)
+            except RayActorError as exc:
+                changes += self._failed(w, exc)
+                continue
+            pid = pid.get("pid") if isinstance(pid, dict) else pid
+            if w.pid is not None and pid != w.pid:
+                if not w.away:  # died and came back between two polls
+                    changes.append(Change(w.name, "died", w.pid, "found restarted with a new process"))
+                self.restarts += 1
+                changes.append(Change(w.name, "restarted", pid,
+                                      f"back after {time.monotonic() - w.since:.1f}s" if w.away else "restarted"))
+            elif w.away:  # an answer from the same process: it was slow, not dead
+                changes.append(Change(w.name, "answering", pid, "answers again (same process)"))
+            w.pid, w.away = pid, False
+        return changes
+
+    def _failed(self, w: _Watched, exc: Exception) -> list[Change]:
+        if isinstance(exc, ActorDiedError):
+            w.lost, w.away = True, True
+            return [Change(w.name, "lost", w.pid, f"dead for good: {str(exc).splitlines()[0][:300]}")]
+        if w.away:
+            return []
+        w.away, w.since = True, time.monotonic()
+        return [Change(w.name, "died", w.pid, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")]
