@@ -36,6 +36,17 @@ otherwise) are copies of one event, and the `<table>` view keeps one of them. A 
 `event_id` is empty has no identity and is always kept. `analysis/*.sql` answer questions
 over the `<table>` views.
 
+**When a process dies.** Three tables mirror a durable log: `board` (the board's `board.jsonl`),
+`messages` (the chat's log) and `forge` (the forge's event log). Their owner writes the rows of
+every logged entry no trace file holds yet when it starts (a restart included) and when it
+closes, so after any actor's death, and at the end of a run, these tables hold each logged seq
+exactly once. The other tables are what only an actor knew (turns, tool calls, deliveries,
+usage, lifecycle): a writer killed with SIGKILL loses the rows it had not flushed, at most its
+last 2 seconds (its flush interval). A driver killed with SIGKILL takes the actors down before
+they close: then the three mirrored tables may lack their last 2 seconds too, until the next
+reconciliation (a run resumed on the same folder, or `python -m agensh_ray.reconcile
+RUN_DIR`, which replays the logs of the embedded board, chat and forge).
+
 Current schema version: **{version}** (column `schema_version` of every row).
 {history}
 

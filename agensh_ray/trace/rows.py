@@ -208,13 +208,19 @@ class LifecycleRow(TraceRow):
     event: str
     """started | stopped | crashed | restarted | gave_up | turn_error (the turn failed: the agent's error, or
     its model calls failed through the gateway, with the provider's status) | refused (a request of the agent
-    the permission policy refused; the detail says what and why)."""
+    the permission policy refused; the detail says what and why) | resumed (its host was restarted: the
+    worker goes on from its clone with a hand-off). Rows of the run's actors (worker_id null, written by the
+    driver): actor_died | actor_restarted (back, in a new process) | actor_lost (dead for good) |
+    actor_answering (away, then answering from the same process) | actor_resumed (a restarted host started
+    again and its workers launched)."""
     detail: str = ""
     """Why, or the harness used."""
     host: str = ""
-    """The host (WorkerActor) running it."""
+    """The host (WorkerActor) running it; for an actor_* row, the actor ("board", "forge", "router r0",
+    "host h001", ...)."""
     pid: int | None = None
-    """The agent process id."""
+    """The agent process id; for an actor_* row, the actor's process id (the old one when it died, the new
+    one when it came back)."""
 
 
 class LlmCallRow(TraceRow):
