@@ -82,6 +82,15 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
+def _same(pid: int, started: float) -> psutil.Process | None:
+    """The process `pid` if it is still the one that started at `started` (not a reused pid)."""
+    try:
+        p = psutil.Process(pid)
+        return p if p.create_time() == started else None
+    except psutil.Error:
+        return None
+
+
 class Watch:
     """What the reaper knows of one driver's run, and the reaping."""
 
@@ -92,17 +101,27 @@ class Watch:
         self.known: dict[int, float] = {}
         self.me = os.getpid()
         self.say = say
+        self._snapshots = 0
+        self._reported = 0
 
     def snapshot(self, driver: psutil.Process) -> None:
+        """Note the driver's descendants; forget noted ones that are gone (a run starts many short ones)."""
         try:
-            for c in driver.children(recursive=True):
-                try:
-                    if c.pid != self.me:
-                        self.known.setdefault(c.pid, c.create_time())
-                except psutil.Error:
-                    pass
+            children = driver.children(recursive=True)
         except psutil.Error:
-            pass
+            return
+        for c in children:
+            try:
+                if c.pid != self.me:
+                    self.known.setdefault(c.pid, c.create_time())
+            except psutil.Error:
+                pass
+        self._snapshots += 1
+        if self._snapshots % 10 == 0:
+            self.known = {pid: t for pid, t in self.known.items() if _same(pid, t)}
+        if len(self.known) >= 2 * self._reported:  # a line per doubling: the log stays short
+            self._reported = max(1, len(self.known))
+            self.say(f"reaper: noting {len(self.known)} processes of driver {self.driver_pid}")
 
     def _ours(self, p: psutil.Process) -> bool:
         try:
@@ -119,12 +138,8 @@ class Watch:
     def targets(self) -> dict[int, psutil.Process]:
         found: dict[int, psutil.Process] = {}
         for pid, started in self.known.items():
-            try:
-                p = psutil.Process(pid)
-                if p.create_time() == started:
-                    found[pid] = p
-            except psutil.Error:
-                pass
+            if (p := _same(pid, started)) is not None:
+                found[pid] = p
         for p in psutil.process_iter():
             if p.pid not in found and p.pid != self.me and self._ours(p):
                 found[p.pid] = p

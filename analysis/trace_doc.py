@@ -36,6 +36,12 @@ otherwise) are copies of one event, and the `<table>` view keeps one of them. A 
 `event_id` is empty has no identity and is always kept. `analysis/*.sql` answer questions
 over the `<table>` views.
 
+How the run ended is in `summary.json`, not in the trace: `"ended"` is `deadline`, `done`, `budget`
+or `interrupted` (with `"signal"`, SIGINT or SIGTERM). An interrupted run stops in order, so every
+writer closes and flushes its rows; a forced stop (a second signal, `"partial": true`) or a driver
+SIGKILL kills the actors without closing them, and the rows they had buffered (at most the last 2
+seconds of each) are not written.
+
 Current schema version: **{version}** (column `schema_version` of every row).
 {history}
 
