@@ -164,16 +164,18 @@ def test_the_reaper_kills_the_whole_run_after_a_driver_sigkill_and_nothing_else(
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_slow_first_turn_is_not_done(ray_session, tmp_path):
-    """`--think 1500`: each sim step takes 12.5 wall s at x120, so no worker finishes a turn (or writes
-    anything) for a while. The old rule said "done" ~8 s after the last launch, with board 0 and 0 PRs;
-    now the run goes to its deadline (60 schedule minutes: 30 wall s)."""
-    cfg = RunConfig(workers=2, time_scale=120, minutes=60, run_dir=tmp_path, run_id="slow", seed=3,
-                    sim={"think_s": 1500})
+    """A sim step of 24,000 schedule s takes 100 to 300 wall s at x120: no worker finishes a turn or writes
+    anything before the deadline (120 schedule minutes: 60 wall s). The old rule said "the organization
+    is done" once both workers had *started* their first turn and 7.5 s passed, with board 0 and 0 PRs;
+    now the run goes to its deadline."""
+    cfg = RunConfig(workers=2, time_scale=120, minutes=120, run_dir=tmp_path, run_id="slow", seed=3,
+                    sim={"think_s": 24_000})
     out = io.StringIO()
     summary = Run(cfg, Task.load("textkit"), out=out).execute()
     text = out.getvalue()
     assert "the organization is done" not in text, text
-    assert summary["ended"] == "deadline", text
+    assert summary.get("ended") == "deadline", text
+    assert summary["board_entries"] == {} and summary["prs_opened"] == 0, text
     assert json.loads((tmp_path / "slow" / "summary.json").read_text())["ended"] == "deadline"
 
 
