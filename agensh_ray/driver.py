@@ -20,12 +20,12 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray import runfolder
+from agensh_ray.config import RunConfig, worker_ids
+from agensh_ray.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.errors import ForcedStop
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.placement import check_capacity, host_options, launch_offsets
-from agensh_ray.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.stopping import DoneRule, Interrupts
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
