@@ -288,3 +288,21 @@ def test_sigkill_of_the_driver_leaves_no_process(cli_run):
         wait_for(lambda: not run.alive(), 30, "no process of the run left")
     except AssertionError:
         raise AssertionError(f"left after 30 s: {run.alive()}") from None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_second_sigterm_forces_the_stop_and_leaves_no_process(cli_run):
+    run = cli_run()
+    run.wait_running()
+    run.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "send it again to force the stop" in run.output() or run.proc.poll() is not None, 60,
+             "the driver to take the first SIGTERM")
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.wait(timeout=120) == 143, run.output()
+    out = run.output()
+    assert "forced stop" in out and "Traceback" not in out, out
+    summary = json.loads((run.run_dir / "r" / "summary.json").read_text())
+    assert summary["ended"] == "interrupted" and summary["signal"] == "SIGTERM", summary
+    assert summary["partial"] is True or "prs_merged" in summary  # the orderly stop may have been quicker
+    wait_for(lambda: not run.alive(), 30, "no process of the run left")
