@@ -6,10 +6,21 @@ Every schedule constant is a setting here; ``time_scale`` compresses them all
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A run id is one folder name under --run-dir: no path separators, no '..', no leading dot or dash."""
+
+
+def check_run_id(run_id: str) -> None:
+    """ValueError unless `run_id` names one folder inside --run-dir."""
+    if not RUN_ID_RE.fullmatch(run_id) or ".." in run_id:
+        raise ValueError(f"run id {run_id!r} must be one folder name: letters, digits, '.', '_' and '-' "
+                         "(not first), no '..', at most 128 characters")
 
 
 def worker_ids(n: int) -> list[str]:
@@ -25,9 +36,9 @@ class RoutingConfig(BaseModel):
     policy: Literal["all", "relevant"] = "all"
     """all: every new board entry goes to every worker mid-turn (the paper's);
     relevant: only entries overlapping the worker's active claims, the rest summarised at turn start."""
-    routers: int = 2
-    """Number of RouterActors; each serves a slice of the WorkerActors."""
-    idle_nudge_s: float = 600.0
+    routers: int = Field(2, ge=1)
+    """Number of RouterActors (at least 1); each serves a slice of the WorkerActors."""
+    idle_nudge_s: float = Field(600.0, gt=0)
     """Send a 'keep working' nudge after this long without a turn (schedule seconds)."""
     share_findings: bool = True
     """After a turn that wrote nothing to the board, prompt the worker to share findings."""
@@ -52,9 +63,9 @@ class SimConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    think_s: float = 20.0
+    think_s: float = Field(20.0, ge=0)
     """Schedule seconds the simulated agent 'thinks' before each step."""
-    bug_rate: float = 0.25
+    bug_rate: float = Field(0.25, ge=0, le=1)
     """Probability that a first implementation fails its check (a FAIL entry, then a fix)."""
     observe_rate: float = 0.3
     """Probability of posting an OBSERVED entry while studying a feature."""
@@ -182,7 +193,11 @@ class RunConfig(BaseModel):
     run_dir: Path = Path("runs")
     """Parent folder of the run folders (runs/<run_id>/)."""
     run_id: str | None = None
-    """Run id; default: a timestamp."""
+    """Run id; default: a timestamp. One folder name: letters, digits, '.', '_', '-' (no path separators,
+    not '.' or '..'), at most 128 characters."""
+    overwrite: bool = False
+    """Reuse the run folder of an earlier run (one holding config.json) after removing its contents;
+    without it such a folder is refused."""
     seed: int = 0
     """Seed of every random choice (the sim agent's included)."""
     forge: str = "embedded"
@@ -191,7 +206,7 @@ class RunConfig(BaseModel):
     """Chat implementation: embedded (or mattermost)."""
     workers_per_actor: int = 1
     """Workers hosted by one WorkerActor (>1 only to simulate scale on a small machine)."""
-    launch_interval_s: float = 30.0
+    launch_interval_s: float = Field(30.0, ge=0)
     """Schedule seconds between worker launches during the first launch_fast_after_s."""
     launch_fast_after_s: float = 3600.0
     """After this many schedule seconds, launch every launch_fast_interval_s instead."""
@@ -199,7 +214,7 @@ class RunConfig(BaseModel):
     """Launch interval after the first hour."""
     stop_when_done: bool = True
     """End early once every worker is idle with nothing left to do (the demo); off for real runs."""
-    score_every_s: float = 1800.0
+    score_every_s: float = Field(1800.0, gt=0)
     """Schedule seconds between checkpoints (main scored by ProgramBench's rules); one more at the end."""
     address: str | None = None
     """Ray address (auto to join a cluster); None starts a local instance."""
@@ -227,6 +242,8 @@ class RunConfig(BaseModel):
             raise ValueError(f"minutes must be positive, got {self.minutes}")
         if self.workers_per_actor < 1:
             raise ValueError("workers_per_actor must be at least 1")
+        if self.run_id is not None:
+            check_run_id(self.run_id)
         return self
 
     def wall(self, schedule_s: float) -> float:

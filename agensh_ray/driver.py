@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -20,10 +21,13 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from agensh_ray.actors.supervise import ActorAway, Watch, call
+from agensh_ray import runfolder
 from agensh_ray.config import RunConfig, worker_ids
-from agensh_ray.errors import CapacityError
+from agensh_ray.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
+from agensh_ray.errors import ForcedStop
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.placement import check_capacity, host_options, launch_offsets
+from agensh_ray.stopping import DoneRule, Interrupts
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
 from agensh_ray.task.reference import REFERENCE_DIR, ignore_references
@@ -35,7 +39,7 @@ log = logging.getLogger("agensh.run")
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
 
 
-class Run:
+class Run(Ending):
     def __init__(self, cfg: RunConfig, task: Task, out=sys.stdout, verbose: bool = False):
         self.cfg = cfg
         self.verbose = verbose
@@ -262,7 +266,9 @@ class Run:
         last = getattr(self, "checkpoints", None) and self.checkpoints.last
         return last.score if last else None
 
-    def _loop(self) -> None:
+    def _loop(self) -> str:
+        """Launch, show progress, score; return why the run ended: "deadline", "done", "budget" (the
+        gateway's run cap) or "interrupted" (SIGINT/SIGTERM)."""
         cfg = self.cfg
         offsets = [cfg.wall(s) for s in launch_offsets(cfg, len(self.workers))]
         t_start = self.start_wall
@@ -270,10 +276,11 @@ class Run:
         next_launch = 0
         next_progress = 0.0
         next_score = t_start + cfg.wall(cfg.score_every_s)
-        quiet_since = time.time()
-        last_activity = None
-        quiet_needed = max(4.0, 1.5 * cfg.wall(cfg.routing.idle_nudge_s))
+        done = DoneRule(len(self.workers), cfg.wall(cfg.routing.idle_nudge_s))
         while True:
+            if self.interrupts.requested:
+                self.say(f"{self.interrupts.name}: stopping the run")
+                return "interrupted"
             now = time.time()
             while next_launch < len(self.workers) and now - t_start >= offsets[next_launch]:
                 w = self.workers[next_launch]
@@ -290,28 +297,36 @@ class Run:
                 next_progress = now + 5.0
                 if self.gateways is not None and (why := self.gateways.signal()):
                     self.say(f"{why}: stopping as at the deadline")
-                    return
+                    return "budget"
                 if cfg.stop_when_done and next_launch == len(self.workers):
-                    # Done = a whole idle-nudge cycle passed with no board write, no forge event and no open
-                    # PR, after every worker took a turn: nudged workers found nothing left to do.
+                    # agensh_ray/stopping.py: every worker finished a turn, the task was worked on, no PR
+                    # open, and a quiet period (idle-nudge cycles, observed turn lengths) with no new work.
+                    worked = bool(self._board_total or self._prs_open or self._prs_merged
+                                  or (self.last_score or 0) > 0)
                     activity = (self._board_total, self._forge_events, self._open_prs)
-                    if st.get("took_turn", 0) < len(self.workers) or self._open_prs or activity != last_activity:
-                        quiet_since = now
-                    elif now - quiet_since >= quiet_needed:
-                        self.say("a full idle-nudge cycle passed with no new work: the organization is done")
-                        return
-                    last_activity = activity
+                    if done.check(now, st, activity, self._open_prs, worked):
+                        self.say(f"{done.quiet_s:.0f} s passed with no new work after every worker finished a "
+                                 "turn: the organization is done")
+                        return "done"
             if now >= next_score:
                 self._score("periodic")
                 next_score = now + cfg.wall(cfg.score_every_s)
             if now >= deadline:
                 self.say("deadline reached")
-                return
+                return "deadline"
             time.sleep(0.2)
 
     # -- the whole run ---------------------------------------------------------------
     def execute(self) -> dict | None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.interrupts = Interrupts(self.say)
+        self.interrupts.install()
+        try:
+            return self._execute()
+        finally:
+            self.interrupts.restore()
+
+    def _execute(self) -> dict | None:
+        runfolder.prepare(self.cfg.run_dir, self.run_id, self.cfg.overwrite)
         self.t0 = time.time()
         self.say(
             f"run {self.run_id}: {len(self.workers)} workers, harness {self.cfg.harness}, task {self.task.name}, "
@@ -324,43 +339,41 @@ class Run:
         self.cfg = self.cfg.model_copy(update={"gateway": self.cfg.gateway.model_copy(update={"enabled": on})})
         self.say(f"model gateway: {why}")
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
-        self._init_ray()
-        self._slots = ray.cluster_resources().get("agent_slot")
-        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        ended, summary = "interrupted", None
         try:
+            self._start_ray()
+            self._slots = ray.cluster_resources().get("agent_slot")
+            nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
             check_capacity(self.cfg, self._slots, ray.available_resources().get("agent_slot"), nodes)
-        except CapacityError:
-            if self._owns_ray:
-                ray.shutdown()
-            raise
-        slots = f", {self._slots:.0f} agent slots" if self._slots is not None else ""
-        self.say(f"ray ready ({nodes} node(s){slots}); bootstrapping board, chat, forge (issue #1 = the task)")
-        self._bootstrap()
-        try:
-            self._start_hosts()
-            self.say(f"{len(self.hosts)} WorkerActors, {len(self.routers)} RouterActors up; launching workers")
-            self._loop()
-            self.say("stopping workers")
-            self._stop_all()
-            self._score("final")
-            summary = self._summary()
-        finally:
+            slots = f", {self._slots:.0f} agent slots" if self._slots is not None else ""
+            self.say(f"ray ready ({nodes} node(s){slots}); bootstrapping board, chat, forge (issue #1 = the task)")
+            self._bootstrap()
+            if not self.interrupts.requested:
+                self._start_hosts()
+                self.say(f"{len(self.hosts)} WorkerActors, {len(self.routers)} RouterActors up; launching workers")
+                ended = self._loop()
+            # Workers first (their agents stop, their last pushes land), then routers, then the services.
+            interrupted = ended == "interrupted"
+            self.say("stopping workers" + (f" (at most {STOP_WITHIN_S:.0f} s)" if interrupted else ""))
+            self._call_all([h.stop.remote() for h, _ in getattr(self, "hosts", {}).values()],
+                           STOP_WITHIN_S if interrupted else 120, "stopping the workers")
+            self._call_all([r.stop.remote() for r in getattr(self, "routers", [])],
+                           STOP_WITHIN_S if interrupted else 120, "stopping the routers")
+            self._final(SCORE_WITHIN_S if interrupted else None)
+            summary = {**self._summary(), "ended": ended}
+        except ForcedStop as stop:
+            self.say(f"{signal.Signals(stop.signum).name} again: forced stop (actors killed, no final score)")
+            self._teardown(force=True)
+            self._write_partial_summary("interrupted")
+            return None
+        except BaseException:
             self._teardown()
+            raise
+        self._teardown()
+        if self.interrupts.requested:
+            summary["signal"] = self.interrupts.name
         self._print_summary(summary)
         return summary
-
-    def _stop_all(self) -> None:
-        """Stop every host, then every router, each within a deadline; one that is away is named, not waited for."""
-        for kind, actors in (("host", [h for h, _ in self.hosts.values()]), ("router", self.routers)):
-            refs = [a.stop.remote() for a in actors]
-            ready, late = ray.wait(refs, num_returns=len(refs), timeout=60)
-            for ref in ready:
-                try:
-                    ray.get(ref)
-                except Exception as exc:
-                    self.say(f"a {kind} could not be stopped cleanly: {type(exc).__name__}")
-            if late:
-                self.say(f"{len(late)} {kind}(s) did not stop within 60s; going on")
 
     def _summary(self) -> dict:
         prs = call("forge", lambda: self.forge.pr_list.remote("all"))
@@ -425,7 +438,23 @@ class Run:
         ]
         print("\n".join(lines), file=self.out, flush=True)
 
-    def _teardown(self) -> None:
+    def _teardown(self, force: bool = False) -> None:
+        """Stop the services (closing them: their traces flushed) and kill every actor. Forced (a second
+        signal, before or meanwhile): the actors are killed without closing, then Ray shut down."""
+        if not force:
+            try:
+                self._close_services()
+            except ForcedStop:
+                self.say("forced stop: killing the actors without closing them")
+                force = True
+        if force:
+            self._kill_all()
+        if getattr(self, "driver_trace", None) is not None:
+            self.driver_trace.close()
+        if self._owns_ray:
+            ray.shutdown()
+
+    def _close_services(self) -> None:
         if self.gateways is not None:
             self.gateways.stop()
         for r in getattr(self, "routers", []):
@@ -446,7 +475,3 @@ class Run:
             except Exception:
                 log.exception("closing the board trace failed")
             self.board.kill()
-        if getattr(self, "driver_trace", None) is not None:
-            self.driver_trace.close()
-        if self._owns_ray:
-            ray.shutdown()

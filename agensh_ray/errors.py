@@ -137,3 +137,17 @@ class HostAway(Exception):
 class GatewayError(ValueError):
     """The model gateway cannot be set up as asked (no price map, a bad override or limits file, no upstream
     for the harness); the message names the file or setting and what to do."""
+
+
+class RunFolderError(ValueError):
+    """The run folder cannot be used (a file, unwritable, outside --run-dir, an earlier run's without
+    --overwrite); the message says which and why. The CLI exits with code 2."""
+
+
+class ForcedStop(BaseException):
+    """A second SIGINT/SIGTERM to the driver: stop now, without the orderly steps (agensh_ray/stopping.py).
+    A BaseException, like KeyboardInterrupt, so no `except Exception` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"signal {signum} received twice: forced stop")

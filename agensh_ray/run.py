@@ -19,18 +19,36 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agensh_ray import runfolder
 from agensh_ray.agent import sandbox
 from agensh_ray.agent.harness import get_harness
 from agensh_ray.config import (
     GatewayConfig, ModelLimit, RoutingConfig, RunConfig, SandboxConfig, ServicesConfig, SimConfig,
 )
-from agensh_ray.errors import CapacityError, HarnessError, SandboxUnavailable, TaskError
+from agensh_ray.errors import (
+    CapacityError, ForcedStop, HarnessError, RunFolderError, SandboxUnavailable, TaskError,
+)
 from agensh_ray.task import Task
 
 log = logging.getLogger("agensh.run")
 
 DEMO_TIME_SCALE = 120.0
 VERBOSE = False
+
+
+def positive(text: str) -> float:
+    """argparse type: a number above 0 (a length or a scale: 0 would mean "forever" or "never")."""
+    value = float(text)
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> RunConfig:
@@ -46,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--task", default="textkit",
                    help="programbench:<instance_id> (ProgramBench's catalogue; needs Docker), a bundled task's name, "
                    "or a folder in ProgramBench's task format (python -m agensh_ray.tasks list)")
-    p.add_argument("--checkpoint-every", type=float, default=30.0,
+    p.add_argument("--checkpoint-every", type=positive, default=30.0,
                    help="schedule minutes between checkpoints (main scored by ProgramBench's rules; one more at the end)")
     p.add_argument(
         "--harness",
@@ -54,17 +72,21 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         help="agent CLI behind ACP: sim, copilot, claude, codex, gemini, or cmd:<command line> for any ACP agent",
     )
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--minutes", type=float, help="run length in schedule minutes (default 240)")
-    length.add_argument("--hours", type=float, help="run length in schedule hours")
+    length.add_argument("--minutes", type=positive, help="run length in schedule minutes (default 240)")
+    length.add_argument("--hours", type=positive, help="run length in schedule hours")
     p.add_argument(
         "--time-scale",
-        type=float,
+        type=positive,
         default=None,
         help=f"schedule seconds per wall second; compresses every schedule constant (default {DEMO_TIME_SCALE:g} "
         "for the sim harness, 1 for real agents)",
     )
     p.add_argument("--run-dir", type=Path, default=Path("runs"), help="parent folder of run folders")
-    p.add_argument("--run-id", default=None, help="run id (default: a UTC timestamp)")
+    p.add_argument("--run-id", default=None,
+                   help="run id, the run folder's name under --run-dir (default: a UTC timestamp)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="reuse the folder of an earlier run with this --run-id, removing its contents first "
+                   "(without it such a folder is refused; resuming a run is not supported yet)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     # -- services (services/registry.py; production: services/README.md) --
     from agensh_ray.services.registry import CHATS, FORGES
@@ -78,10 +100,10 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--intake-listen", default=None,
                    help="gitea: host:port of the webhook intake; omitted: 0.0.0.0 and the port of the "
                    "bootstrap's --intake-url")
-    p.add_argument("--workers-per-actor", type=int, default=1, help="workers hosted per WorkerActor (simulation)")
+    p.add_argument("--workers-per-actor", type=at_least_one, default=1, help="workers hosted per WorkerActor (simulation)")
     p.add_argument("--launch-interval", type=float, default=30.0, help="schedule seconds between launches (first hour)")
     p.add_argument("--policy", choices=["all", "relevant"], default="all", help="board delivery policy")
-    p.add_argument("--routers", type=int, default=2, help="number of RouterActors")
+    p.add_argument("--routers", type=at_least_one, default=2, help="number of RouterActors")
     p.add_argument("--no-stop-when-done", action="store_true", help="run to the deadline even when all are idle")
     p.add_argument("--address", default=None, help="Ray address (auto joins a running cluster); default: local")
     p.add_argument("--no-ship-code", action="store_true",
@@ -122,13 +144,14 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         p.error(f"--forge {a.forge} --chat {a.chat} needs --secrets (from python -m agensh_ray.bootstrap)")
     global VERBOSE
     VERBOSE = a.verbose
-    minutes = a.hours * 60 if a.hours else (a.minutes if a.minutes else 240.0)
-    time_scale = a.time_scale if a.time_scale else (DEMO_TIME_SCALE if a.harness == "sim" else 1.0)
+    # `is not None`: a 0 must be refused (the types above), never read as "not given".
+    minutes = a.hours * 60 if a.hours is not None else (a.minutes if a.minutes is not None else 240.0)
+    time_scale = a.time_scale if a.time_scale is not None else (DEMO_TIME_SCALE if a.harness == "sim" else 1.0)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         get_harness(a.harness)
         gateway = gateway_config(a)
-        return RunConfig(
+        cfg = RunConfig(
             workers=a.workers,
             task=a.task,
             harness=a.harness,
@@ -136,6 +159,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             time_scale=time_scale,
             run_dir=a.run_dir,
             run_id=a.run_id,
+            overwrite=a.overwrite,
             seed=a.seed,
             forge=a.forge,
             chat=a.chat,
@@ -154,8 +178,24 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             gateway=gateway,
             sandbox=SandboxConfig(enabled=not a.no_sandbox, read_only=[d.resolve() for d in a.sandbox_read_only]),
         )
-    except (ValidationError, HarnessError, OSError) as exc:
+        # The run folder, before Ray starts (the default id, a timestamp, is checked by the driver).
+        runfolder.check_parent(cfg.run_dir)
+        if cfg.run_id is not None:
+            runfolder.check_folder(cfg.run_dir, cfg.run_id, cfg.overwrite)
+        return cfg
+    except ValidationError as exc:
+        p.error("; ".join(_flag(e["loc"]) + e["msg"].removeprefix("Value error, ") for e in exc.errors()))
+    except (RunFolderError, HarnessError, OSError) as exc:
         p.error(str(exc))
+
+
+FLAGS = {"think_s": "--think", "bug_rate": "--bug-rate", "routers": "--routers", "launch_interval_s":
+         "--launch-interval", "score_every_s": "--checkpoint-every", "worker_memory_mb": "--worker-memory-mb"}
+
+
+def _flag(loc: tuple) -> str:
+    """The command-line flag a config error is about ("" when the message names it already)."""
+    return f"{FLAGS.get(loc[-1], '.'.join(map(str, loc)))}: " if loc else ""
 
 
 def gateway_config(a: argparse.Namespace) -> GatewayConfig:
@@ -175,6 +215,14 @@ def gateway_config(a: argparse.Namespace) -> GatewayConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the driver installs its handlers: nothing started yet
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     cfg = parse_args(argv)
     try:
         task = Task.load(cfg.task)
@@ -186,11 +234,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from agensh_ray.driver import Run
 
+    run = Run(cfg, task, verbose=VERBOSE)
     try:
-        summary = Run(cfg, task, verbose=VERBOSE).execute()
+        summary = run.execute()
+    except RunFolderError as exc:  # e.g. a default (timestamp) id whose folder exists
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (CapacityError, HarnessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    except ForcedStop as stop:  # a second signal before the driver could handle it
+        return 128 + stop.signum
+    if run.interrupts.requested:  # SIGINT 130, SIGTERM 143: the shell's convention for death by a signal
+        return run.interrupts.exit_code
     return 0 if summary is not None else 1
 
 

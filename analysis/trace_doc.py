@@ -47,6 +47,12 @@ they close: then the three mirrored tables may lack their last 2 seconds too, un
 reconciliation (a run resumed on the same folder, or `python -m agensh_ray.reconcile
 RUN_DIR`, which replays the logs of the embedded board, chat and forge).
 
+How the run ended is in `summary.json`, not in the trace: `"ended"` is `deadline`, `done`, `budget`
+or `interrupted` (with `"signal"`, SIGINT or SIGTERM). An interrupted run stops in order, so every
+writer closes and flushes its rows; a forced stop (a second signal, `"partial": true`) or a driver
+SIGKILL kills the actors without closing them, and the rows they had buffered (at most the last 2
+seconds of each) are not written.
+
 Current schema version: **{version}** (column `schema_version` of every row).
 {history}
 

@@ -38,6 +38,7 @@ from agensh_ray.config import RunConfig
 from agensh_ray.models import BoardEntryIn, Delivery, GatewayEndpoint, now_us
 from agensh_ray.routing import HIGH, HostInbox, TurnClock
 from agensh_ray.seams import AgentSession
+from agensh_ray.stopping import turn_buckets
 from agensh_ray.tools import ToolServer
 from agensh_ray.trace import DeliveryRow, LifecycleRow, TraceWriter
 from agensh_ray.worker.backend import ToolsBackend
@@ -253,6 +254,9 @@ class WorkerHost:
 
     # -- what the driver asks -----------------------------------------------------------------
     def status(self) -> dict[str, int]:
+        """Counts the driver adds up over hosts. `took_turn`: workers that started a turn; `finished_turn`:
+        workers that finished one or will take none (stopped); `last_turn_le_<N>s`: workers whose last
+        finished turn took at most N wall seconds (agensh_ray/stopping.py)."""
         ws = self.workers.values()
         return {
             "launched": sum(w.launched for w in ws),
@@ -265,6 +269,8 @@ class WorkerHost:
             "budget_stopped": sum(w.stop_reason is not None for w in ws),
             "turns": sum(w.turn for w in ws),
             "took_turn": sum(w.turn > 0 for w in ws),
+            "finished_turn": sum(w.turns_finished > 0 or w.stopped for w in ws),
+            **turn_buckets([w.last_turn_s for w in ws if w.turns_finished]),
             "queued": self.inbox.queued(),
         }
 

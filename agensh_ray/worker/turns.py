@@ -99,6 +99,11 @@ class Worker:
     clock: TurnClock | None = None
     """When the host's prompts are due (made at launch)."""
     turn: int = 0
+    """Turns started (the one in progress included)."""
+    turns_finished: int = 0
+    """Turns that ended (however they ended)."""
+    last_turn_s: float = 0.0
+    """Wall seconds the last finished turn took."""
     in_turn: bool = False
     launched: bool = False
     stopped: bool = False
@@ -202,8 +207,10 @@ class Worker:
             failure = f"{type(exc).__name__}: {exc}"
         finally:
             self.in_turn = False
+            self.last_turn_s = time.perf_counter() - t0
+            self.turns_finished += 1
             host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger,
-                                     stop_reason=stop_reason, duration_ms=(time.perf_counter() - t0) * 1000))
+                                     stop_reason=stop_reason, duration_ms=self.last_turn_s * 1000))
         await self.after_turn(since, failure)
         due = self.clock.turn_ended(host.schedule_s(), self.board_writes, trigger, stop_reason)
         if due is not None:

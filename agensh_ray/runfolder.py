@@ -1,0 +1,76 @@
+"""The run folder, checked before anything starts: `--run-dir` must be a folder this process can write
+(not a file, not under a kernel filesystem), the run folder must be inside it, and a folder an earlier
+run used (it holds config.json) is refused unless `--overwrite`, which empties it first.
+
+Reusing a folder without emptying it would start the run on the old board, PRs and clones (whose remotes
+point at the old forge's port). Resuming a run is future work (multi-node runs); today a run starts in a
+new or emptied folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from agensh_ray.config import check_run_id
+from agensh_ray.errors import RunFolderError
+
+KERNEL_FILESYSTEMS = (Path("/proc"), Path("/sys"), Path("/dev"))
+"""No run folder under these: they are the kernel's views, not storage."""
+
+MARK = "config.json"
+"""A folder holding this was a run's folder (the driver writes it first)."""
+
+
+def check_parent(run_dir: Path) -> Path:
+    """The resolved `--run-dir`, created if missing and checked writable; RunFolderError says why not."""
+    parent = Path(run_dir).expanduser().resolve()
+    for k in KERNEL_FILESYSTEMS:
+        if parent == k or parent.is_relative_to(k):
+            raise RunFolderError(f"--run-dir {run_dir} is under {k}, a kernel filesystem: choose a folder on disk")
+    if parent.exists() and not parent.is_dir():
+        raise RunFolderError(f"--run-dir {run_dir} is a file, not a folder")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=parent, prefix=".agensh-probe-"):
+            pass
+    except OSError as exc:
+        raise RunFolderError(f"--run-dir {run_dir} cannot be used: {exc.strerror or exc}") from None
+    return parent
+
+
+def check_folder(run_dir: Path, run_id: str, overwrite: bool) -> Path:
+    """The run folder `run_dir/run_id`, checked (not created, not emptied): RunFolderError if it is outside
+    `run_dir`, not a folder, or an earlier run's folder without `overwrite`."""
+    try:
+        check_run_id(run_id)
+    except ValueError as exc:
+        raise RunFolderError(f"--run-id: {exc}") from None
+    parent = check_parent(run_dir)
+    folder = (parent / run_id).resolve()
+    if folder.parent != parent:
+        raise RunFolderError(f"run folder {folder} is outside --run-dir {parent}")
+    if folder.exists() and not folder.is_dir():
+        raise RunFolderError(f"run folder {folder} is a file")
+    if (folder / MARK).exists() and not overwrite:
+        raise RunFolderError(
+            f"run folder {folder} holds an earlier run (its {MARK}): choose another --run-id, or pass "
+            "--overwrite to remove its contents first (resuming a run is not supported yet)")
+    return folder
+
+
+def prepare(run_dir: Path, run_id: str, overwrite: bool) -> Path:
+    """Check the run folder, empty it if `overwrite` and it held a run, and create it."""
+    folder = check_folder(run_dir, run_id, overwrite)
+    if overwrite and folder.is_dir():
+        for child in folder.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunFolderError(f"run folder {folder} cannot be created: {exc.strerror or exc}") from None
+    return folder

@@ -1,0 +1,146 @@
+"""The run's command line refuses what it cannot run, before Ray starts: exit code 2 and a message naming
+the flag. Each case calls `agensh_ray.run.main` in-process (argparse exits with 2); none starts Ray."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import ray
+from pydantic import ValidationError
+
+from agensh_ray import runfolder
+from agensh_ray.config import RoutingConfig, RunConfig
+from agensh_ray.errors import RunFolderError
+from agensh_ray.paths import PROJECT_ROOT
+from agensh_ray.run import main, parse_args
+
+
+def refused(capsys, *argv: str) -> str:
+    """Run the CLI; assert it exits with 2 and return what it said on stderr."""
+    with pytest.raises(SystemExit) as exit_:
+        main(list(argv))
+    assert exit_.value.code == 2
+    assert not ray.is_initialized()
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("flag", ["--minutes", "--hours", "--time-scale"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_zero_or_negative_lengths_and_scales_are_refused(capsys, flag, value, tmp_path):
+    """Before, 0 was read as "not given" (`a.minutes if a.minutes else 240`): 240 minutes at x120."""
+    err = refused(capsys, flag, value, "--run-dir", str(tmp_path))
+    assert f"argument {flag}: must be a positive number, got {value}" in err
+
+
+def test_zero_routers_are_refused(capsys, tmp_path):
+    """Before, the driver silently used 1."""
+    err = refused(capsys, "--routers", "0", "--run-dir", str(tmp_path))
+    assert "argument --routers: must be at least 1, got 0" in err
+    with pytest.raises(ValidationError):
+        RoutingConfig(routers=0)
+
+
+def test_zero_checkpoint_interval_is_refused(capsys, tmp_path):
+    err = refused(capsys, "--checkpoint-every", "0", "--run-dir", str(tmp_path))
+    assert "argument --checkpoint-every: must be a positive number" in err
+
+
+def test_sim_knobs_out_of_range_are_refused(capsys, tmp_path):
+    assert "--think: Input should be greater than or equal to 0" in refused(capsys, "--think", "-1",
+                                                                             "--run-dir", str(tmp_path))
+    assert "--bug-rate: Input should be less than or equal to 1" in refused(capsys, "--bug-rate", "1.5",
+                                                                             "--run-dir", str(tmp_path))
+
+
+def test_run_dir_that_is_a_file_is_refused(capsys, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert f"--run-dir {f} is a file, not a folder" in refused(capsys, "--run-dir", str(f))
+
+
+def test_run_dir_under_a_file_is_refused(capsys, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    err = refused(capsys, "--run-dir", str(f / "runs"))
+    assert f"--run-dir {f / 'runs'} cannot be used: Not a directory" in err
+
+
+@pytest.mark.parametrize("where", ["/proc/agensh-runs", "/sys/agensh-runs", "/dev/shm/../agensh-runs"])
+def test_run_dir_under_a_kernel_filesystem_is_refused(capsys, where):
+    err = refused(capsys, "--run-dir", where)
+    assert f"--run-dir {where} is under /" in err and "a kernel filesystem" in err
+
+
+def test_unwritable_run_dir_is_refused():
+    """A folder only root may write, used by an ordinary user (the test runs as root, which writes
+    anywhere): the CLI runs as `nobody`."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the CLI as another user")
+    base = Path(tempfile.mkdtemp(prefix="agensh-ro-"))
+    try:
+        base.chmod(0o755)
+        (base / "ro").mkdir(mode=0o555)
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        ran = subprocess.run([*as_nobody, sys.executable, "-m", "agensh_ray.run", "--run-dir", str(base / "ro" / "runs")],
+                             cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "HOME": str(base)})
+        assert ran.returncode == 2, ran.stderr
+        assert f"--run-dir {base / 'ro' / 'runs'} cannot be used: Permission denied" in ran.stderr
+        assert "Traceback" not in ran.stderr
+    finally:
+        (base / "ro").chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("run_id", ["../../x", "a/b", "..", ".", "x/../y", "-x", ".hidden", "a" * 129])
+def test_run_ids_that_are_not_one_folder_name_are_refused(capsys, tmp_path, run_id):
+    """Before, `--run-id ../../x` wrote outside --run-dir."""
+    err = refused(capsys, "--run-dir", str(tmp_path / "runs"), f"--run-id={run_id}")
+    assert f"run id {run_id!r} must be one folder name" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, not even --run-dir
+    with pytest.raises(ValidationError):
+        RunConfig(run_id=run_id)
+
+
+def test_an_earlier_runs_folder_is_refused_without_overwrite(capsys, tmp_path):
+    old = tmp_path / "r1"
+    old.mkdir()
+    (old / "config.json").write_text("{}")
+    err = refused(capsys, "--run-dir", str(tmp_path), "--run-id", "r1")
+    assert f"run folder {old} holds an earlier run" in err and "--overwrite" in err
+    assert (old / "config.json").read_text() == "{}"  # untouched
+
+
+def test_overwrite_empties_the_earlier_runs_folder(tmp_path):
+    old = tmp_path / "r1"
+    (old / "board").mkdir(parents=True)
+    (old / "board" / "board.jsonl").write_text("old\n")
+    (old / "config.json").write_text("{}")
+    (old / "summary.json").write_text("{}")
+    cfg = parse_args(["--run-dir", str(tmp_path), "--run-id", "r1", "--overwrite"])
+    assert cfg.overwrite and cfg.run_id == "r1"
+    assert (old / "summary.json").exists()  # checking the command line removes nothing
+    assert runfolder.prepare(cfg.run_dir, "r1", cfg.overwrite) == old.resolve()
+    assert list(old.iterdir()) == []
+
+
+def test_a_new_or_empty_run_folder_is_accepted(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert runfolder.check_folder(tmp_path, "empty", overwrite=False) == (tmp_path / "empty").resolve()
+    assert runfolder.prepare(tmp_path / "new-parent", "r2", overwrite=False).is_dir()
+
+
+def test_a_run_folder_leading_outside_run_dir_is_refused(tmp_path):
+    """A run id is one name, but that name may be a symlink out of --run-dir."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r1").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(RunFolderError, match="is outside --run-dir"):
+        runfolder.check_folder(tmp_path / "runs", "r1", overwrite=False)
