@@ -441,6 +441,8 @@ class Run(Ending):
     def _teardown(self, force: bool = False) -> None:
         """Stop the services (closing them: their traces flushed) and kill every actor. Forced (a second
         signal, before or meanwhile): the actors are killed without closing, then Ray shut down."""
+        if getattr(self, "checkpoints", None) is not None:
+            self.checkpoints.abandon()  # one still running (an interrupted run's) loses its forge now
         if not force:
             try:
                 self._close_services()

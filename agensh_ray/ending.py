@@ -66,7 +66,7 @@ class Ending:
             self._score("final")
             return
         self.say(f"final score (at most {within:.0f} s)")
-        t = threading.Thread(target=self._score, args=("final",), daemon=True, name="final-score")
+        t = threading.Thread(target=self._score_quietly, daemon=True, name="final-score")
         t.start()
         t.join(within)
         if getattr(self, "_final_score", None) is None:
@@ -75,6 +75,14 @@ class Ending:
                                                      error_code="not_scored_interrupted")
             self.say("final score skipped (interrupted): the summary has "
                      + ("the last checkpoint's" if last else "no score"))
+
+    def _score_quietly(self) -> None:
+        """The final score in a thread of its own: a failure is a line, not a thread's traceback (teardown may
+        take its forge away while it runs)."""
+        try:
+            self._score("final")
+        except Exception as exc:
+            log.warning("final score failed: %s: %s", type(exc).__name__, exc)
 
     def _write_partial_summary(self, ended: str) -> None:
         """summary.json of a run stopped before it could be summed up (no counts, no score)."""

@@ -73,6 +73,8 @@ class Checkpoints:
         self.last: ScoreSummary | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.abandoned = False
+        """The run is being torn down: a checkpoint still running fails without a traceback (its forge is gone)."""
 
     @property
     def busy(self) -> bool:
@@ -95,8 +97,15 @@ class Checkpoints:
         lower_thread_priority(self.background_nice)
         try:
             self.run(label, clone_url)
-        except Exception:
-            log.exception("checkpoint %s failed", label)
+        except Exception as exc:
+            if self.abandoned:
+                log.warning("checkpoint %s stopped with the run: %s", label, type(exc).__name__)
+            else:
+                log.exception("checkpoint %s failed", label)
+
+    def abandon(self) -> None:
+        """The run is ending without this checkpoint (teardown): if one still runs, its failure is expected."""
+        self.abandoned = True
 
     def run(self, label: str, clone_url: str) -> ScoreSummary:
         """Score main now: fetch, pack, evaluate, write the eval.json and the trace rows."""
