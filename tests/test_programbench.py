@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,52 @@ def test_checkpoints_write_eval_json_trace_rows_and_a_submission_the_leaderboard
     assert "unfinished" not in ran.stderr
     missing = cli("agensh_ray.submit", str(tmp_path / "runs"), "--out", str(tmp_path / "x"))
     assert missing.returncode == 2 and "is not a run folder" in missing.stderr
+
+
+def test_a_checkpoint_of_an_unchanged_main_repeats_the_last_result_and_none_starts_just_before_the_deadline(
+        tmp_path):
+    """Main unchanged since the last checkpoint: its result is repeated, not evaluated again, and still written
+    (eval.json with a `reused` step, scores and test_results rows); the final one too, with its submission. A
+    periodic checkpoint due within one checkpoint's duration of the deadline is not started."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    (origin / "compile.sh").write_text("#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > executable\nchmod +x executable\n")
+    _git(origin, "init", "-q", "-b", "main")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", "sub")
+    run_dir = tmp_path / "run"
+    write_schema_files(run_dir)
+    trace = TraceWriter(run_dir, "driver", "r", flush_interval_s=0)
+    ckpt = Checkpoints(Task.load(str(CALCULATOR)), run_dir, trace)
+    first = ckpt.run("periodic", str(origin))
+    assert len(ckpt.eval_s) == 1 and ckpt.reused == 0
+    assert ckpt.periodic(str(origin), deadline_wall=time.time() + ckpt.eval_s[0] / 2) == "final_soon"
+    assert not ckpt.busy and ckpt.skipped_near_deadline == 1
+    assert ckpt.periodic(str(origin), deadline_wall=time.time() + 10 * ckpt.eval_s[0] + 3600) == "started"
+    ckpt.wait()
+    final = ckpt.run("final", str(origin))
+    trace.close()
+    assert len(ckpt.eval_s) == 1 and ckpt.reused == 2, "evaluated once"
+    assert (final.passed, final.total, final.score) == (first.passed, first.total, first.score)
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names == ["01-periodic.eval.json", "02-periodic.eval.json", "03-final.eval.json", "submission.tar.gz"]
+    one, three = (EvaluationResult.model_validate_json((run_dir / "checkpoints" / n).read_text())
+                  for n in ("01-periodic.eval.json", "03-final.eval.json"))
+    assert three.log[-1]["step"] == "reused" and "01-periodic.eval.json" in three.log[-1]["output"]
+    assert three.test_results == one.test_results and three.log[:-1] == one.log
+    con = connect(run_dir)
+    rows = con.execute("SELECT checkpoint, count(DISTINCT commit), count(*) FROM scores GROUP BY 1 ORDER BY 1").fetchall()
+    assert rows == [("final", 1, 1), ("periodic", 1, 2)]
+    per = con.execute("SELECT event_id, count(*) FROM test_results GROUP BY 1 ORDER BY 1").fetchall()
+    assert [n for _, n in per] == [len(one.test_results)] * 3
+    # a new commit is evaluated again
+    (origin / "notes.txt").write_text("x")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", "more")
+    ckpt.trace = TraceWriter(run_dir, "driver2", "r", flush_interval_s=0)
+    ckpt.run("periodic", str(origin))
+    ckpt.trace.close()
+    assert len(ckpt.eval_s) == 2 and ckpt.reused == 2
 
 
 def test_background_checkpoints_yield_the_cpu_to_the_workers(tmp_path):

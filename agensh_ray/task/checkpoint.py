@@ -16,10 +16,24 @@ checkpoint runs at a lower CPU priority (`background_nice`, 10 by default): on L
 nice value is its own and everything it starts inherits it (the Evaluator's branch threads, the
 sandboxes, the tests), so scoring takes the CPU the workers leave idle instead of slowing them.
 The final checkpoint, with the workers stopped, runs at the driver's own priority.
+
+What a checkpoint costs is an evaluation (a build and every hidden test, 10-20 s for textkit on two
+busy cores), so it is spent only where it can tell something:
+
+* main unchanged since the last checkpoint (the fetch finds the commit already scored): its result
+  is repeated, not evaluated again (the Evaluator's result is a function of the tree; a result a
+  retry could change, a branch error or a failed step other than the build, is not repeated). The
+  checkpoint still writes its eval.json (the earlier one's, with a `reused` step appended to its
+  log), its `scores` row (the same commit, this checkpoint's schedule time) and its `test_results`
+  rows, so every checkpoint has its rows and the time series stays regular; `reused` counts them.
+  The final checkpoint reuses too: main at the deadline is the commit a periodic one just scored.
+* `periodic` starts none when the final one is due within one checkpoint's duration (the longest
+  evaluation so far): the final one would wait for it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -29,6 +43,7 @@ import threading
 import time
 from pathlib import Path
 
+from programbench.eval.eval import EvaluationResult
 from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
 from agensh_ray.task.base import Task
@@ -71,6 +86,13 @@ class Checkpoints:
         self.start_wall = time.time()
         self.seq = 0
         self.last: ScoreSummary | None = None
+        self.reused = 0
+        """Checkpoints that found main unchanged and repeated the last result."""
+        self.skipped_near_deadline = 0
+        self.eval_s: list[float] = []
+        """Wall seconds of each evaluation (fetch to result)."""
+        self._last_commit: str | None = None
+        self._last_eval: Path | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -87,6 +109,16 @@ class Checkpoints:
         self._thread.start()
         return True
 
+    def periodic(self, clone_url: str, deadline_wall: float, now: float | None = None) -> str:
+        """A periodic checkpoint, if it is worth one now: "started"; "busy" (one still runs); "final_soon" (the
+        deadline comes before one checkpoint's duration has passed: the final one will score main)."""
+        if self.busy:
+            return "busy"
+        if self.eval_s and (now if now is not None else time.time()) + max(self.eval_s) >= deadline_wall:
+            self.skipped_near_deadline += 1
+            return "final_soon"
+        return "started" if self.start("periodic", clone_url) else "busy"
+
     def wait(self) -> None:
         if self._thread is not None:
             self._thread.join()
@@ -99,9 +131,11 @@ class Checkpoints:
             log.exception("checkpoint %s failed", label)
 
     def run(self, label: str, clone_url: str) -> ScoreSummary:
-        """Score main now: fetch, pack, evaluate, write the eval.json and the trace rows."""
+        """Score main now: fetch, pack, evaluate (or repeat the last result if main is unchanged), write the
+        eval.json and the trace rows."""
         with self._lock:
-            schedule_s = (time.time() - self.start_wall) * self.time_scale
+            t0 = time.time()
+            schedule_s = (t0 - self.start_wall) * self.time_scale
             repo = self.run_dir / "score" / "main"
             if (repo / ".git").exists():
                 _git(["-C", str(repo), "fetch", "-q", clone_url, "+refs/heads/main:refs/remotes/origin/main"])
@@ -112,14 +146,24 @@ class Checkpoints:
             commit = _git(["-C", str(repo), "rev-parse", "HEAD"]).strip()
             self.seq += 1
             self.dir.mkdir(parents=True, exist_ok=True)
+            name = f"{self.seq:02d}-{label}.eval.json"
+            reuse = self._last_eval if commit == self._last_commit and self._last_eval is not None else None
             with tempfile.TemporaryDirectory(prefix="agensh-ckpt-") as tmp:
                 archive = Path(tmp) / "submission.tar.gz"
-                _git(["-C", str(repo), "archive", "--format=tar.gz", "-o", str(archive), "HEAD"])
-                result = self.task.evaluate(archive)
+                if label == "final" or reuse is None:
+                    _git(["-C", str(repo), "archive", "--format=tar.gz", "-o", str(archive), "HEAD"])
+                if reuse is None:
+                    result = self.task.evaluate(archive)
+                    self.eval_s.append(time.time() - t0)
+                    (self.dir / name).write_text(result.model_dump_json(indent=2))
+                    # a result that a retry could change (a branch that errored, a step other than the build
+                    # failing) is not repeated
+                    clean = result.error_code in (None, "compile_failed") and not result.test_branch_errors
+                    self._last_commit, self._last_eval = (commit, self.dir / name) if clean else (None, None)
+                else:
+                    result = self._repeat(reuse, self.dir / name, commit)
                 if label == "final":
                     shutil.copyfile(archive, self.dir / FINAL_SUBMISSION)
-            name = f"{self.seq:02d}-{label}.eval.json"
-            (self.dir / name).write_text(result.model_dump_json(indent=2))
             summary = self.task.summarize(result)
             event = f"checkpoint:{self.seq}"
             self.trace.write(ScoreRow(checkpoint=label, commit=commit, passed=summary.passed, total=summary.total,
@@ -135,3 +179,14 @@ class Checkpoints:
             self.trace.flush()
             self.last = summary
             return summary
+
+    def _repeat(self, earlier: Path, dest: Path, commit: str) -> EvaluationResult:
+        """The result of `earlier` (main's same commit), written to `dest` with a `reused` step in its log."""
+        data = json.loads(earlier.read_text())
+        data.setdefault("log", []).append({
+            "step": "reused", "command": "", "wall_time": 0.0, "returncode": 0, "exception_info": "",
+            "output": f"main unchanged since checkpoint {earlier.name} (commit {commit}): its result, not evaluated "
+                      "again"})
+        dest.write_text(json.dumps(data, indent=2))
+        self.reused += 1
+        return EvaluationResult.model_validate(data)
