@@ -182,11 +182,11 @@ class Run:
     def _score(self, checkpoint: str) -> None:
         """Score main by ProgramBench's rules (agensh_ray/task/checkpoint.py): periodic ones in the
         background (skipped while one runs or when the deadline is nearer than one checkpoint), the final
-        one after any running one, here; main unchanged since the last one repeats its result."""
+        one here (after a running one on main's commit, which it cancels if main moved on); main unchanged
+        since the last one repeats its result."""
         url = ray.get(self.forge.clone_url.remote("admin"))
         if checkpoint == "final":
-            self.checkpoints.wait()
-            self._final_score = self.checkpoints.run("final", url)
+            self._final_score = self.checkpoints.final(url)
         else:
             self.checkpoints.periodic(url, deadline_wall=self.start_wall + self.cfg.deadline_wall_s)
 

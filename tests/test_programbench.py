@@ -31,7 +31,7 @@ from agensh_ray.task.evaluate import submission_archive
 from agensh_ray.task.reference import REFERENCE_UID, ExecuteOnlyError, install_reference, read_text
 from agensh_ray.task.sandbox import BwrapBackend
 from agensh_ray.trace import TraceWriter, write_schema_files
-from tests.support import LocalServices, await_for
+from tests.support import LocalServices, await_for, wait_for
 
 CALCULATOR = PB_TASKS / "testorg__calculator.abc1234"
 RUNS = PB_TASKS.parent / "test_runs"
@@ -272,6 +272,39 @@ def test_a_checkpoint_of_an_unchanged_main_repeats_the_last_result_and_none_star
     ckpt.run("periodic", str(origin))
     ckpt.trace.close()
     assert len(ckpt.eval_s) == 2 and ckpt.reused == 2
+
+
+def test_the_final_checkpoint_cancels_a_background_one_still_scoring_an_older_main(tmp_path):
+    """A periodic checkpoint whose build would never end, on a commit main has moved past: the final one kills
+    its sandboxes instead of waiting, nothing of it is written, and main's new commit is scored."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    (origin / "compile.sh").write_text("#!/bin/sh\nsleep 3600\n")
+    _git(origin, "init", "-q", "-b", "main")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", "slow")
+    old = _git(origin, "rev-parse", "HEAD").strip()
+    run_dir = tmp_path / "run"
+    write_schema_files(run_dir)
+    trace = TraceWriter(run_dir, "driver", "r", flush_interval_s=0)
+    ckpt = Checkpoints(Task.load(str(CALCULATOR)), run_dir, trace)
+    assert ckpt.start("periodic", str(origin))
+
+    def sleeping():  # the periodic one's build is running in its sandbox
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        return ckpt._running_commit == old and "sleep 3600" in ps
+
+    wait_for(sleeping, 120, "the periodic checkpoint's build to run")
+    (origin / "compile.sh").write_text("#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > executable\nchmod +x executable\n")
+    _git(origin, "commit", "-q", "-am", "fast")
+    final = ckpt.final(str(origin))
+    trace.close()
+    assert ckpt.cancelled == 1 and not ckpt.busy
+    assert "sleep 3600" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["01-final.eval.json", "submission.tar.gz"]
+    rows = connect(run_dir).execute("SELECT checkpoint, commit FROM scores").fetchall()
+    assert rows == [("final", _git(origin, "rev-parse", "HEAD").strip())]
+    assert final.error_code is None and final.total == 6
 
 
 def test_background_checkpoints_yield_the_cpu_to_the_workers(tmp_path):
