@@ -260,7 +260,8 @@ def test_a_checkpoint_of_an_unchanged_main_repeats_the_last_result_and_none_star
     assert three.log[-1]["step"] == "reused" and "01-periodic.eval.json" in three.log[-1]["output"]
     assert three.test_results == one.test_results and three.log[:-1] == one.log
     con = connect(run_dir)
-    rows = con.execute("SELECT checkpoint, count(DISTINCT commit), count(*) FROM scores GROUP BY 1 ORDER BY 1").fetchall()
+    rows = con.execute("SELECT checkpoint, count(DISTINCT commit), count(*) FROM scores GROUP BY 1 ORDER BY 1")
+    rows = rows.fetchall()
     assert rows == [("final", 1, 1), ("periodic", 1, 2)]
     per = con.execute("SELECT event_id, count(*) FROM test_results GROUP BY 1 ORDER BY 1").fetchall()
     assert [n for _, n in per] == [len(one.test_results)] * 3
@@ -337,7 +338,8 @@ def test_background_checkpoints_yield_the_cpu_to_the_workers(tmp_path):
 
 LEAKS = [  # (attack, command): each would leave the reference's bytes in a leak-* file if it worked
     ("chmod then cat", "chmod u+r reference/textkit; cat reference/textkit > leak-chmod"),
-    ("chmod by python", "python3 -c \"import os; os.chmod('reference/textkit', 0o755)\" && cp reference/textkit leak-os"),
+    ("chmod by python",
+     "python3 -c \"import os; os.chmod('reference/textkit', 0o755)\" && cp reference/textkit leak-os"),
     ("cat", "cat reference/textkit > leak-cat"),
     ("python open", "python3 -c \"open('leak-py','wb').write(open('reference/textkit','rb').read())\""),
     ("cp", "cp reference/textkit leak-cp"),
@@ -460,8 +462,9 @@ def test_the_worker_sandbox_runs_the_reference_but_never_hands_out_its_bytes(use
         policy = policy.model_copy(update={"read_only": (Path("/usr"), Path("/etc")), "symlinks": links})
 
         def sh(cmd: str) -> subprocess.CompletedProcess:
-            return subprocess.run([*as_user, *bwrap_argv(policy, ["sh", "-c", cmd], None, as_root=not as_user)], capture_output=True,
-                                  text=True, input="hello\n", timeout=120, env={"PATH": "/usr/bin:/bin"})
+            argv = bwrap_argv(policy, ["sh", "-c", cmd], None, as_root=not as_user)
+            return subprocess.run([*as_user, *argv], capture_output=True, text=True, input="hello\n", timeout=120,
+                                  env={"PATH": "/usr/bin:/bin"})
 
         assert sh("id -u").stdout.strip() == ("0" if user == "root" else "65534")
         assert sh("reference/textkit a-z A-Z").stdout == "HELLO\n"

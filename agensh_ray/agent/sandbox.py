@@ -139,8 +139,9 @@ class SandboxPolicy(BaseModel):
             note = "network isolated: only " + ", ".join(
                 f"{name} ({no_credentials(url)})" for name, url in sorted(endpoints.items()))
         return cls(writable=tuple(writable), read_only=tuple(ro_kept), symlinks=symlinks, masked=tuple(masked),
-                   hidden=tuple(covered), execute_only=tuple(pinned), chdir=Path(chdir).absolute(), hostname=hostname, network=network,
-                   routes=tuple(routes), url_vars=url_vars, endpoint_urls=tuple(endpoints.values()), note=note)
+                   hidden=tuple(covered), execute_only=tuple(pinned), chdir=Path(chdir).absolute(), hostname=hostname,
+                   network=network, routes=tuple(routes), url_vars=url_vars, endpoint_urls=tuple(endpoints.values()),
+                   note=note)
 
     # -- what the agent is told -------------------------------------------------------------
     def route_for(self, url: str) -> Route | None:
