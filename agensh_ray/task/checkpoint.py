@@ -189,7 +189,12 @@ class Checkpoints:
             if label == "final" or reuse is None:
                 _git(["-C", str(repo), "archive", "--format=tar.gz", "-o", str(archive), "HEAD"])
             if reuse is None:
-                result = self.task.evaluate(archive, cancel=cancel)
+                try:
+                    result = self.task.evaluate(archive, cancel=cancel)
+                except Exception:
+                    if cancel is None or not cancel.is_set():
+                        raise
+                    # its sandboxes were killed: the Evaluator may stop on the first refused step
                 if cancel is not None and cancel.is_set():
                     self.cancelled += 1
                     log.info("checkpoint %s of %s cancelled: main moved on and the final one is due", label, commit)
