@@ -253,13 +253,14 @@ class Run(Ending):
 
     def _score(self, checkpoint: str) -> None:
         """Score main by ProgramBench's rules (agensh_ray/task/checkpoint.py): periodic ones in the
-        background (skipped while one runs), the final one after any running one, here."""
+        background (skipped while one runs or when the deadline is nearer than one checkpoint), the final
+        one here (after a running one on main's commit, which it cancels if main moved on); main unchanged
+        since the last one repeats its result."""
         url = call("forge", lambda: self.forge.clone_url.remote("admin"))
         if checkpoint == "final":
-            self.checkpoints.wait()
-            self._final_score = self.checkpoints.run("final", url)
+            self._final_score = self.checkpoints.final(url)
         else:
-            self.checkpoints.start(checkpoint, url)
+            self.checkpoints.periodic(url, deadline_wall=self.start_wall + self.cfg.deadline_wall_s)
 
     @property
     def last_score(self) -> float | None:

@@ -6,7 +6,9 @@ For the bundled textkit task (its oracle build) and the FIGlet task built from t
 package (its reference, as a gold submission), measures:
 
 * checkpoint_s: one whole checkpoint as a run takes it (`Checkpoints.run`: fetch main, `git
-  archive`, ProgramBench's Evaluator steps in bubblewrap, eval.json and trace rows), p50 of --repeat;
+  archive`, ProgramBench's Evaluator steps in bubblewrap, eval.json and trace rows), p50 of --repeat
+  (main gets a new, empty commit before each, so each is evaluated);
+* checkpoint_reused_s: one more checkpoint of the same main, whose result is repeated;
 * tests_sandboxed_s / tests_unsandboxed_s: the same compiled workspace's active test branches
   (`eval/run.sh`, pytest, every test a process) run inside the sandbox and as a plain subprocess,
   p50 of --repeat each, and the sandbox's overhead (their difference, absolute and relative);
@@ -75,17 +77,27 @@ def figlet_task(tmp: Path) -> tuple[Task, Path]:
     return task, sub
 
 
-def checkpoint_times(task: Task, origin: Path, run_dir: Path, repeat: int, t0: float) -> tuple[list[float], float]:
+def checkpoint_times(task: Task, origin: Path, run_dir: Path, repeat: int,
+                     t0: float) -> tuple[list[float], float, float]:
+    """(seconds of each evaluated checkpoint, the score, seconds of one checkpoint of an unchanged main)."""
     trace = TraceWriter(run_dir, "bench", "bench", flush_interval_s=0)
     ckpt = Checkpoints(task, run_dir, trace)
     times, score = [], 0.0
     for i in range(repeat):
+        if i:  # a new commit: an unchanged main's result would be repeated, not evaluated
+            subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", f"again {i}"], cwd=origin, check=True,
+                           capture_output=True, env=GIT_ENV)
         start = time.perf_counter()
         score = ckpt.run("periodic", str(origin)).score
         times.append(time.perf_counter() - start)
         say(t0, f"{task.name}: checkpoint {i + 1}/{repeat} in {times[-1]:.2f}s, score {score:.3f}")
+    start = time.perf_counter()
+    ckpt.run("periodic", str(origin))
+    reused = time.perf_counter() - start
+    assert ckpt.reused == 1 and len(ckpt.eval_s) == repeat
+    say(t0, f"{task.name}: checkpoint of an unchanged main (its result repeated) in {reused:.2f}s")
     trace.close()
-    return times, score
+    return times, score, reused
 
 
 def compiled_workspace(task: Task, submission: Path, tmp: Path) -> tuple[BwrapBackend, Path, list[Path]]:
@@ -161,7 +173,7 @@ def main() -> None:
         result["bwrap_start_ms"] = round(1000 * pct(starts, 0.5), 1)
         for label, task, sub in tasks:
             origin = git_origin(sub, tmp / f"origin-{label}")
-            times, score = checkpoint_times(task, origin, tmp / f"run-{label}", a.repeat, t0)
+            times, score, reused = checkpoint_times(task, origin, tmp / f"run-{label}", a.repeat, t0)
             backend, compiled, branches = compiled_workspace(task, sub, tmp)
             sandboxed, plain = [], []
             for i in range(a.repeat):
@@ -173,6 +185,7 @@ def main() -> None:
             result[label] = {
                 "active_tests": task.active_tests(), "branches": len(branches), "score": score,
                 "checkpoint_s_p50": round(pct(times, 0.5), 2), "checkpoint_s_min": round(min(times), 2),
+                "checkpoint_reused_s": round(reused, 2),
                 "tests_sandboxed_s_p50": round(s50, 2), "tests_unsandboxed_s_p50": round(u50, 2),
                 "sandbox_overhead_s": round(s50 - u50, 2), "sandbox_overhead_pct": round(100 * (s50 - u50) / u50, 1),
             }

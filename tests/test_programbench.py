@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -19,16 +21,17 @@ from programbench.eval.eval import EvaluationResult
 from programbench.submission import aggregate, score_instance, score_run
 from programbench.utils.load_data import load_all_instances
 
+from agensh_ray.agent.sandbox import SandboxPolicy, bwrap_argv
 from agensh_ray.analysis.views import connect
 from agensh_ray.config import SandboxConfig
 from agensh_ray.errors import SubmissionError
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
 from agensh_ray.task.evaluate import submission_archive
-from agensh_ray.task.reference import install_reference
+from agensh_ray.task.reference import REFERENCE_UID, ExecuteOnlyError, install_reference, read_text
 from agensh_ray.task.sandbox import BwrapBackend
 from agensh_ray.trace import TraceWriter, write_schema_files
-from tests.support import LocalServices, await_for
+from tests.support import LocalServices, await_for, wait_for
 
 CALCULATOR = PB_TASKS / "testorg__calculator.abc1234"
 RUNS = PB_TASKS.parent / "test_runs"
@@ -225,6 +228,86 @@ def test_checkpoints_write_eval_json_trace_rows_and_a_submission_the_leaderboard
     assert missing.returncode == 2 and "is not a run folder" in missing.stderr
 
 
+def test_a_checkpoint_of_an_unchanged_main_repeats_the_last_result_and_none_starts_just_before_the_deadline(
+        tmp_path):
+    """Main unchanged since the last checkpoint: its result is repeated, not evaluated again, and still written
+    (eval.json with a `reused` step, scores and test_results rows); the final one too, with its submission. A
+    periodic checkpoint due within one checkpoint's duration of the deadline is not started."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    (origin / "compile.sh").write_text("#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > executable\nchmod +x executable\n")
+    _git(origin, "init", "-q", "-b", "main")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", "sub")
+    run_dir = tmp_path / "run"
+    write_schema_files(run_dir)
+    trace = TraceWriter(run_dir, "driver", "r", flush_interval_s=0)
+    ckpt = Checkpoints(Task.load(str(CALCULATOR)), run_dir, trace)
+    first = ckpt.run("periodic", str(origin))
+    assert len(ckpt.eval_s) == 1 and ckpt.reused == 0
+    assert ckpt.periodic(str(origin), deadline_wall=time.time() + ckpt.eval_s[0] / 2) == "final_soon"
+    assert not ckpt.busy and ckpt.skipped_near_deadline == 1
+    assert ckpt.periodic(str(origin), deadline_wall=time.time() + 10 * ckpt.eval_s[0] + 3600) == "started"
+    ckpt.wait()
+    final = ckpt.run("final", str(origin))
+    trace.close()
+    assert len(ckpt.eval_s) == 1 and ckpt.reused == 2, "evaluated once"
+    assert (final.passed, final.total, final.score) == (first.passed, first.total, first.score)
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names == ["01-periodic.eval.json", "02-periodic.eval.json", "03-final.eval.json", "submission.tar.gz"]
+    one, three = (EvaluationResult.model_validate_json((run_dir / "checkpoints" / n).read_text())
+                  for n in ("01-periodic.eval.json", "03-final.eval.json"))
+    assert three.log[-1]["step"] == "reused" and "01-periodic.eval.json" in three.log[-1]["output"]
+    assert three.test_results == one.test_results and three.log[:-1] == one.log
+    con = connect(run_dir)
+    rows = con.execute("SELECT checkpoint, count(DISTINCT commit), count(*) FROM scores GROUP BY 1 ORDER BY 1")
+    rows = rows.fetchall()
+    assert rows == [("final", 1, 1), ("periodic", 1, 2)]
+    per = con.execute("SELECT event_id, count(*) FROM test_results GROUP BY 1 ORDER BY 1").fetchall()
+    assert [n for _, n in per] == [len(one.test_results)] * 3
+    # a new commit is evaluated again
+    (origin / "notes.txt").write_text("x")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", "more")
+    ckpt.trace = TraceWriter(run_dir, "driver2", "r", flush_interval_s=0)
+    ckpt.run("periodic", str(origin))
+    ckpt.trace.close()
+    assert len(ckpt.eval_s) == 2 and ckpt.reused == 2
+
+
+def test_the_final_checkpoint_cancels_a_background_one_still_scoring_an_older_main(tmp_path):
+    """A periodic checkpoint whose build would never end, on a commit main has moved past: the final one kills
+    its sandboxes instead of waiting, nothing of it is written, and main's new commit is scored."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    (origin / "compile.sh").write_text("#!/bin/sh\nsleep 3600\n")
+    _git(origin, "init", "-q", "-b", "main")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", "slow")
+    old = _git(origin, "rev-parse", "HEAD").strip()
+    run_dir = tmp_path / "run"
+    write_schema_files(run_dir)
+    trace = TraceWriter(run_dir, "driver", "r", flush_interval_s=0)
+    ckpt = Checkpoints(Task.load(str(CALCULATOR)), run_dir, trace)
+    assert ckpt.start("periodic", str(origin))
+
+    def sleeping():  # the periodic one's build is running in its sandbox
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        return ckpt._running_commit == old and "sleep 3600" in ps
+
+    wait_for(sleeping, 120, "the periodic checkpoint's build to run")
+    (origin / "compile.sh").write_text("#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > executable\nchmod +x executable\n")
+    _git(origin, "commit", "-q", "-am", "fast")
+    final = ckpt.final(str(origin))
+    trace.close()
+    assert ckpt.cancelled == 1 and not ckpt.busy
+    assert "sleep 3600" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["01-final.eval.json", "submission.tar.gz"]
+    rows = connect(run_dir).execute("SELECT checkpoint, commit FROM scores").fetchall()
+    assert rows == [("final", _git(origin, "rev-parse", "HEAD").strip())]
+    assert final.error_code is None and final.total == 6
+
+
 def test_background_checkpoints_yield_the_cpu_to_the_workers(tmp_path):
     """A periodic checkpoint scores at nice 10 or more (its sandboxes inherit it from its thread); the
     final one, and the caller's thread, keep the caller's priority."""
@@ -253,67 +336,147 @@ def test_background_checkpoints_yield_the_cpu_to_the_workers(tmp_path):
     assert niceness("02-final.eval.json") == own == os.getpriority(os.PRIO_PROCESS, 0)
 
 
+LEAKS = [  # (attack, command): each would leave the reference's bytes in a leak-* file if it worked
+    ("chmod then cat", "chmod u+r reference/textkit; cat reference/textkit > leak-chmod"),
+    ("chmod by python",
+     "python3 -c \"import os; os.chmod('reference/textkit', 0o755)\" && cp reference/textkit leak-os"),
+    ("cat", "cat reference/textkit > leak-cat"),
+    ("python open", "python3 -c \"open('leak-py','wb').write(open('reference/textkit','rb').read())\""),
+    ("cp", "cp reference/textkit leak-cp"),
+    ("dd", "dd if=reference/textkit of=leak-dd"),
+    ("a user namespace", "unshare -U cat reference/textkit > leak-userns"),
+    ("a user namespace as root", "unshare -U -r cat reference/textkit > leak-userns-root"),
+    ("a hard link", "ln reference/textkit leak-link"),
+    ("moving it", "mv reference/textkit leak-mv"),
+    ("moving its folder", "mv reference leak-dir"),
+]
+
+
+def _no_leak(repo: Path) -> None:
+    leaked = {p.name: p.stat().st_size for p in repo.rglob("leak-*") if p.is_file() and p.stat().st_size}
+    assert not leaked, leaked
+    ref = repo / "reference" / "textkit"
+    assert ref.stat().st_mode & 0o777 == 0o111 and not (repo / "leak-dir").exists()
+
+
+@pytest.mark.security
 async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
-    """Through a real worker host and a real ACP agent process: the clone has the reference, untracked;
-    the ACP fs path refuses to read or overwrite it, running it works."""
+    """Through a real worker host, its sandbox and a real ACP agent process: the clone has the reference,
+    untracked; the ACP fs path refuses to read or overwrite it (also through a link); shell commands, through
+    the client's terminal (enter.py) or run by the agent itself inside its sandbox, cannot read, copy, chmod,
+    link or move it, in a user namespace of their own neither; running it works both ways."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
     services = LocalServices(tmp_path, ["w001"])
     scripts = tmp_path / "scripts"  # the agent runs sandboxed: it sees its script through a read-only mount
     scripts.mkdir()
     script = scripts / "script.json"
-    script.write_text(json.dumps({"turns": [[
+    steps = [
         {"do": "read", "text": "reference/textkit"},
         {"do": "write", "text": "reference/textkit", "content": "#!/bin/sh\necho fake\n"},
         {"do": "terminal", "text": "printf 'hi\\n' | reference/textkit upper"},
         {"do": "terminal", "text": "git status --porcelain --ignored=no"},
         {"do": "read", "text": "README.md"},
-    ]]}))
+        {"do": "terminal", "text": "ln -s reference/textkit alias"},
+        {"do": "read", "text": "alias"},
+        {"do": "shell", "text": "printf 'hi\\n' | reference/textkit upper"},
+    ]
+    # the terminal refuses dd and unshare by name (its allow-list); the agent's own shell has only the sandbox
+    steps += [{"do": "terminal", "text": cmd} for what, cmd in LEAKS if not cmd.startswith(("dd", "unshare"))]
+    steps += [{"do": "shell", "text": cmd} for what, cmd in LEAKS]
+    script.write_text(json.dumps({"turns": [steps]}))
     host = services.host(tmp_path / "run", ["w001"], sandbox=SandboxConfig(read_only=[scripts]),
                          harness=f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log ~/agent.jsonl")
     log = host.workers["w001"].home / "agent.jsonl"
     await host.start()
     try:
         await host.launch("w001")
-        await await_for(lambda: log.exists() and log.read_text().count('"event": "step"') >= 5, 60, "five steps")
+        await await_for(lambda: log.exists() and log.read_text().count('"event": "step"') >= len(steps), 120,
+                        f"{len(steps)} steps")
     finally:
         await host.stop()
         services.close()
-    steps = [json.loads(line) for line in log.read_text().splitlines() if '"event": "step"' in line]
-    read, write, run, status, readme = steps[:5]
+    done = [json.loads(line) for line in log.read_text().splitlines() if '"event": "step"' in line]
+    read, write, run, status, readme, link, read_link, run_own = done[:8]
     assert not read["ok"] and "execute-only" in read["result"]
     assert not write["ok"] and "execute-only" in write["result"]
     assert run["ok"] and run["result"]["output"] == "HI\n" and run["result"]["exit_code"] == 0
     assert status["result"]["output"] == "", "the reference is not part of the repository"
     assert readme["ok"] and "textkit" in readme["result"]
-    ref = tmp_path / "run" / "workers" / "w001" / "repo" / "reference" / "textkit"
-    assert ref.stat().st_mode & 0o777 == 0o111
+    assert link["ok"] and not read_link["ok"] and "execute-only" in read_link["result"]
+    assert run_own["ok"] and run_own["result"]["output"] == "HI\n"
+    for step, attack in zip(done[8:], [s["text"] for s in steps[8:]]):
+        assert step["ok"] and step["result"]["exit_code"] != 0, (attack, step["result"])
+    repo = tmp_path / "run" / "workers" / "w001" / "repo"
+    _no_leak(repo)
+    if os.geteuid() == 0:  # the agent runs as uid 0: the copy is not its own
+        assert (repo / "reference" / "textkit").stat().st_uid == REFERENCE_UID
 
 
-def test_the_kernel_runs_the_reference_but_refuses_its_bytes_to_an_unprivileged_shell(tmp_path):
-    """What an agent sandbox that runs agents as a non-root user gives every shell command: the
-    execute-only ELF runs, reading or copying it fails, and it cannot be made readable."""
+@pytest.mark.security
+def test_the_host_reads_a_file_for_an_agent_checking_the_file_it_opened(tmp_path):
+    """fs/read_text_file's read (the host may run as root): the check is on the opened file, so a path swapped
+    for a link to the reference after the first check, a FIFO or the reference itself yield nothing."""
+    ref = install_reference(Path(os.path.realpath("/usr/bin/tr")), tmp_path, "reference/tr")
+    (tmp_path / "notes.txt").write_text("notes")
+    (tmp_path / "swapped").symlink_to(ref)
+    os.mkfifo(tmp_path / "fifo")
+    assert read_text(tmp_path / "notes.txt") == "notes"
+    if os.geteuid() == 0:  # opening it works for root: the check on the open file refuses
+        with pytest.raises(ExecuteOnlyError):
+            read_text(ref)
+    else:
+        with pytest.raises(PermissionError):
+            read_text(ref)
+    with pytest.raises(OSError):  # a last symlink is not followed (ELOOP)
+        read_text(tmp_path / "swapped")
+    with pytest.raises(PermissionError, match="not a regular file"):  # and it does not block
+        read_text(tmp_path / "fifo")
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_the_worker_sandbox_runs_the_reference_but_never_hands_out_its_bytes(user):
+    """The agent sandbox's own command line (bwrap_argv), as a host running as root runs it (the agent is uid 0
+    without capabilities, the copy is nobody's) and as a host running as another user does (the agent owns the
+    reference, a hard link of the run's: what holds is the read-only bind and no nested user namespace): the
+    execute-only ELF runs, no attack gets its bytes, /proc/<pid>/mem of the running reference is closed."""
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed")
-    task = Task.load("textkit")
-    workdir = tmp_path / "repo"
-    task.materialize_starter(workdir)
-    _git(workdir, "init", "-q")
-    install_reference(task.build_reference(tmp_path / "built" / "textkit"), workdir, "reference/textkit")
-    ref = workdir / "reference" / "textkit"
-    shell = ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--disable-userns", "--unshare-pid",
-             "--ro-bind", "/", "/", "--bind", str(workdir), str(workdir), "--ro-bind", str(ref), str(ref),
-             "--dev", "/dev", "--proc", "/proc", "--chdir", str(workdir), "sh", "-c"]
+    if os.geteuid() != 0:
+        pytest.skip("runs the sandbox as root and as nobody: needs root")
+    work = Path(tempfile.mkdtemp(prefix="agensh-ref-"))  # pytest's own folder is root's alone
+    try:
+        repo = work / "repo"
+        repo.mkdir()
+        # a system ELF stands in for the reference: textkit's embeds the Python in root's HOME, which nobody cannot
+        # reach (the run's agents get it through the sandbox's toolchain; the test above runs it)
+        install_reference(Path(os.path.realpath("/usr/bin/tr")), repo, "reference/textkit")
+        as_user: list[str] = []
+        if user != "root":
+            subprocess.run(["chown", "-R", "65534:65534", str(work)], check=True)
+            as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
+        links = tuple((link, os.readlink(link)) for link in ("/bin", "/lib", "/lib64", "/sbin") if os.path.islink(link))
+        policy = SandboxPolicy.build(argv=[], env={}, writable=[work], chdir=repo,
+                                     endpoints={}, execute_only=[repo / "reference"])
+        policy = policy.model_copy(update={"read_only": (Path("/usr"), Path("/etc")), "symlinks": links})
 
-    def sh(cmd: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*shell, cmd], capture_output=True, text=True, input="hello\n")
+        def sh(cmd: str) -> subprocess.CompletedProcess:
+            argv = bwrap_argv(policy, ["sh", "-c", cmd], None, as_root=not as_user)
+            return subprocess.run([*as_user, *argv], capture_output=True, text=True, input="hello\n", timeout=120,
+                                  env={"PATH": "/usr/bin:/bin"})
 
-    assert sh("reference/textkit upper").stdout == "HELLO\n"
-    for attempt in ("cat reference/textkit", "cp reference/textkit /tmp/x", "python3 -c \"open('reference/textkit','rb')\"",
-                    "chmod u+r reference/textkit && cat reference/textkit"):
-        res = sh(attempt)
-        assert res.returncode != 0 and ("Permission denied" in res.stderr or "Read-only" in res.stderr), attempt
-    # /proc/<pid>/mem of the running reference is closed too (an unreadable binary runs non-dumpable)
-    res = sh("reference/textkit upper </dev/zero >/dev/null & p=$!; sleep 0.2; head -c 16 /proc/$p/mem; kill $p")
-    assert "Permission denied" in res.stderr
+        assert sh("id -u").stdout.strip() == ("0" if user == "root" else "65534")
+        assert sh("reference/textkit a-z A-Z").stdout == "HELLO\n"
+        for attack, cmd in LEAKS:
+            res = sh(cmd)
+            assert res.returncode != 0, (attack, res.stdout, res.stderr)
+        _no_leak(repo)
+        # an unreadable binary runs non-dumpable: /proc/<pid>/mem of the running reference is closed too
+        res = sh("reference/textkit a b </dev/zero >/dev/null & p=$!; sleep 0.2; head -c 16 /proc/$p/mem; kill $p")
+        assert "Permission denied" in res.stderr
+    finally:
+        shutil.rmtree(work)
 
 
 @pytest.fixture(scope="module")

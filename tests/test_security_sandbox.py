@@ -280,7 +280,8 @@ def test_a_terminal_joins_the_running_sandbox_without_capabilities(tmp_path, use
     policy = SandboxPolicy(writable=(work,), read_only=(Path("/usr"), Path("/etc")), symlinks=links, chdir=work)
     info_r, info_w = os.pipe()
     agent = subprocess.Popen([*as_user, *bwrap_argv(policy, ["sh", "-c", "echo agent > /tmp/mark; exec sleep 120"],
-                                                    None, info_fd=info_w)], pass_fds=(info_w,))
+                                                    None, info_fd=info_w, as_root=user == "root")],
+                             pass_fds=(info_w,))
     os.close(info_w)
     try:
         with os.fdopen(info_r, "rb") as f:

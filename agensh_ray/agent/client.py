@@ -50,7 +50,7 @@ from acp.schema import (
 
 from agensh_ray.agent.policy import PermissionPolicy, refusal
 from agensh_ray.agent.process import kill_group
-from agensh_ray.task.reference import execute_only
+from agensh_ray.task.reference import ExecuteOnlyError, execute_only, read_text
 
 TERMINAL_OUTPUT_LIMIT = 1024 * 1024
 REFUSED = -32602
@@ -110,12 +110,14 @@ def confine(workdir: Path, path: str) -> Path:
     return resolved
 
 
+EXECUTE_ONLY = ("execute-only: this is the reference program; run it to see what it does, its bytes cannot be "
+                "read or written")
+
+
 def refuse_execute_only(p: Path, path: str) -> None:
     """The task's reference is execute-only: run it, never read or overwrite its bytes through fs/*."""
     if execute_only(p):
-        reason = ("execute-only: this is the reference program; run it to see what it does, its bytes cannot be "
-                  "read or written")
-        raise RequestError(-32602, f"{path}: {reason}", {"path": path, "reason": reason})
+        raise RequestError(-32602, f"{path}: {EXECUTE_ONLY}", {"path": path, "reason": EXECUTE_ONLY})
 
 
 @dataclass
@@ -255,7 +257,10 @@ class WorkdirClient(NoExtensions):
         if not p.is_file():
             raise RequestError.resource_not_found(str(path))
         refuse_execute_only(p, path)
-        text = p.read_text(encoding="utf-8", errors="replace")
+        try:  # checked again on the file opened: the path may have been swapped for a link meanwhile
+            text = read_text(p)
+        except ExecuteOnlyError:
+            raise RequestError(-32602, f"{path}: {EXECUTE_ONLY}", {"path": path, "reason": EXECUTE_ONLY}) from None
         if line is not None or limit is not None:
             lines = text.splitlines(keepends=True)
             start = max((line or 1) - 1, 0)

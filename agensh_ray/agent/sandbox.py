@@ -12,11 +12,19 @@ What a sandboxed agent sees (`SandboxPolicy.build`):
   whatever the run adds (the sim's task, `SandboxConfig.read_only`);
 - private: /tmp, /var/tmp, /proc (its own PID namespace: no other agent's
   processes), a minimal /dev;
+- execute-only: the clone's `reference/` (the task's reference program, mode
+  0111), bound read-only over the writable workdir, so it runs but cannot be
+  made readable, moved or linked (agensh_ray/task/reference.py says what else
+  keeps its bytes unread, whoever the host runs as);
 - nothing else: not the other workers' clones, the run folder, the forge's
   state, the hosts' seed mirrors, the user's HOME or the secrets file. Paths of
   the run that would be visible through a read-only folder are covered with an
   empty tmpfs.
-It runs with no capabilities, no_new_privs, and dies with its host.
+It runs with no capabilities, no_new_privs, and dies with its host. Run as root,
+it is uid 0 with no user namespace; run as another user, it is that user in a
+user namespace of bubblewrap's that forbids creating more (`--disable-userns`:
+in one of its own the agent would hold CAP_DAC_OVERRIDE over its own files, the
+reference's hard link among them).
 
 Network: its own network namespace with only loopback. Each endpoint it needs
 (the forge, its MCP server, its model) is relayed: `relay.py` inside listens on
@@ -82,6 +90,8 @@ class SandboxPolicy(BaseModel):
     """Secrets inside a read-only folder, covered (a file by /dev/null, a folder by an empty tmpfs)."""
     hidden: tuple[Path, ...] = ()
     """Folders of the run inside a read-only folder, covered by an empty tmpfs before the writable binds."""
+    execute_only: tuple[Path, ...] = ()
+    """Folders inside a writable one bound read-only over it (a clone's reference/: the execute-only reference)."""
     chdir: Path
     hostname: str = "agensh-worker"
     network: Literal["isolated", "shared"] = "isolated"
@@ -98,12 +108,14 @@ class SandboxPolicy(BaseModel):
     def build(cls, *, argv: list[str], env: dict[str, str], writable: list[Path], chdir: Path,
               endpoints: dict[str, str], unrelayable: dict[str, str] | None = None,
               read_only: list[Path] | None = None, hidden: list[Path] | None = None,
-              url_vars: tuple[str, ...] = (), hostname: str = "agensh-worker") -> SandboxPolicy:
+              execute_only: list[Path] | None = None, url_vars: tuple[str, ...] = (),
+              hostname: str = "agensh-worker") -> SandboxPolicy:
         """The policy for an agent started with `argv` and `env`.
 
         `endpoints` names the URLs it must reach (forge, MCP, model); `unrelayable` names those it needs but
         that no URL describes (a CLI's built-in HTTPS endpoint), with why. `read_only` adds to the toolchain;
-        `hidden` are the run's folders (covered where a read-only folder would show them)."""
+        `hidden` are the run's folders (covered where a read-only folder would show them); `execute_only` the
+        folders of a writable one that must stay read-only (those that exist now: a bind needs its source)."""
         writable = [Path(p).absolute() for p in writable]
         ro = _toolchain(argv, env) + [Path(p) for p in read_only or []]
         ro_kept = _outermost([p for p in ro if p.exists() and not _under_any(p, writable)])
@@ -114,6 +126,8 @@ class SandboxPolicy(BaseModel):
             masked.append(Path(secrets_file).absolute())
         covered = [Path(h).absolute() for h in hidden or []]
         covered = [h for h in covered if h.is_dir() and _under_any(h, ro_kept)]
+        pinned = [Path(p).absolute() for p in execute_only or []]
+        pinned = [p for p in pinned if p.is_dir() and _under_any(p, writable)]
         routes, refused = plan_routes(endpoints)
         refused.update(unrelayable or {})
         if refused:
@@ -125,8 +139,9 @@ class SandboxPolicy(BaseModel):
             note = "network isolated: only " + ", ".join(
                 f"{name} ({no_credentials(url)})" for name, url in sorted(endpoints.items()))
         return cls(writable=tuple(writable), read_only=tuple(ro_kept), symlinks=symlinks, masked=tuple(masked),
-                   hidden=tuple(covered), chdir=Path(chdir).absolute(), hostname=hostname, network=network,
-                   routes=tuple(routes), url_vars=url_vars, endpoint_urls=tuple(endpoints.values()), note=note)
+                   hidden=tuple(covered), execute_only=tuple(pinned), chdir=Path(chdir).absolute(), hostname=hostname,
+                   network=network, routes=tuple(routes), url_vars=url_vars, endpoint_urls=tuple(endpoints.values()),
+                   note=note)
 
     # -- what the agent is told -------------------------------------------------------------
     def route_for(self, url: str) -> Route | None:
@@ -253,10 +268,15 @@ def _etc_secrets() -> tuple[Path, ...]:
 
 
 # -- command lines -----------------------------------------------------------------------------------
-def bwrap_argv(policy: SandboxPolicy, argv: list[str], relay_dir: Path | None, info_fd: int | None = None) -> list[str]:
-    """The bwrap command line that runs `argv` under `policy` (with the relay in front when isolated)."""
+def bwrap_argv(policy: SandboxPolicy, argv: list[str], relay_dir: Path | None, info_fd: int | None = None,
+               as_root: bool | None = None) -> list[str]:
+    """The bwrap command line that runs `argv` under `policy` (with the relay in front when isolated), for a
+    bwrap started by root or by another user (`as_root`; default: as this process runs)."""
     a = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
          "--cap-drop", "ALL", "--hostname", policy.hostname]
+    if not (os.geteuid() == 0 if as_root is None else as_root):
+        # bubblewrap makes a user namespace anyway; none may be nested in it (module docstring)
+        a += ["--unshare-user", "--disable-userns"]
     if policy.network == "isolated":
         a.append("--unshare-net")
     a += ["--proc", "/proc", "--dev", "/dev"]
@@ -273,6 +293,8 @@ def bwrap_argv(policy: SandboxPolicy, argv: list[str], relay_dir: Path | None, i
         a += ["--tmpfs", str(p)]
     for p in policy.writable:
         a += ["--bind", str(p), str(p)]
+    for p in policy.execute_only:  # after the writable binds, over them
+        a += ["--ro-bind", str(p), str(p)]
     command = list(argv)
     if policy.network == "isolated" and relay_dir is not None:
         a += ["--ro-bind", str(relay_dir), RELAY_MOUNT]

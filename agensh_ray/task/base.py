@@ -11,6 +11,7 @@ Sources (`Task.load`):
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from programbench.eval.eval import EvaluationResult
@@ -83,8 +84,10 @@ class Task:
     def check_available(self) -> None:
         """Raise TaskUnavailable naming what this machine lacks to run and score the task."""
 
-    def evaluate(self, submission: Path, scratch: Path | None = None) -> EvaluationResult:
-        """ProgramBench's evaluation of a submission (folder or archive with a compile.sh)."""
+    def evaluate(self, submission: Path, scratch: Path | None = None,
+                 cancel: threading.Event | None = None) -> EvaluationResult:
+        """ProgramBench's evaluation of a submission (folder or archive with a compile.sh). `cancel` set while it
+        runs: it stops as soon as it can, with a result nobody should use (where the backend supports it)."""
         raise NotImplementedError
 
     def summarize(self, result: EvaluationResult) -> ScoreSummary:

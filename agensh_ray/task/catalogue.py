@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -143,8 +144,10 @@ class CatalogueTask(Task):
         os.chmod(dest, 0o111)
         return dest
 
-    def evaluate(self, submission: Path, scratch: Path | None = None) -> EvaluationResult:
-        """The package's own Docker evaluation, called as `programbench eval` calls it."""
+    def evaluate(self, submission: Path, scratch: Path | None = None,
+                 cancel: threading.Event | None = None) -> EvaluationResult:
+        """The package's own Docker evaluation, called as `programbench eval` calls it (runs to its end even when
+        cancelled: the containers are the package's)."""
         self.check_available()
         from programbench.utils.blob_store import get_blob_dir
 

@@ -16,10 +16,27 @@ checkpoint runs at a lower CPU priority (`background_nice`, 10 by default): on L
 nice value is its own and everything it starts inherits it (the Evaluator's branch threads, the
 sandboxes, the tests), so scoring takes the CPU the workers leave idle instead of slowing them.
 The final checkpoint, with the workers stopped, runs at the driver's own priority.
+
+What a checkpoint costs is an evaluation (a build and every hidden test, 10-20 s for textkit on two
+busy cores), so it is spent only where it can tell something:
+
+* main unchanged since the last checkpoint (the fetch finds the commit already scored): its result
+  is repeated, not evaluated again (the Evaluator's result is a function of the tree; a result a
+  retry could change, a branch error or a failed step other than the build, is not repeated). The
+  checkpoint still writes its eval.json (the earlier one's, with a `reused` step appended to its
+  log), its `scores` row (the same commit, this checkpoint's schedule time) and its `test_results`
+  rows, so every checkpoint has its rows and the time series stays regular; `reused` counts them.
+  The final checkpoint reuses too: main at the deadline is the commit a periodic one just scored.
+* `periodic` starts none when the final one is due within one checkpoint's duration (the longest
+  evaluation so far): the final one would wait for it.
+* `final` cancels a background checkpoint still scoring an older commit than main's (`git ls-remote`):
+  its sandboxes are killed (agensh_ray/task/sandbox.py) and nothing of it is written, instead of the
+  final one waiting for a result it makes obsolete.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -29,6 +46,7 @@ import threading
 import time
 from pathlib import Path
 
+from programbench.eval.eval import EvaluationResult
 from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
 from agensh_ray.task.base import Task
@@ -57,6 +75,15 @@ def lower_thread_priority(nice: int) -> None:
         log.warning("cannot lower the checkpoint thread's priority: %s", e)
 
 
+def main_commit(clone_url: str) -> str | None:
+    """The forge's main commit now (`git ls-remote`: one request, nothing fetched), None if it cannot be read."""
+    try:
+        out = _git(["ls-remote", clone_url, "refs/heads/main"])
+    except subprocess.CalledProcessError:
+        return None
+    return out.split()[0] if out.strip() else None
+
+
 class Checkpoints:
     """The checkpoints of one run."""
 
@@ -71,6 +98,17 @@ class Checkpoints:
         self.start_wall = time.time()
         self.seq = 0
         self.last: ScoreSummary | None = None
+        self.reused = 0
+        """Checkpoints that found main unchanged and repeated the last result."""
+        self.skipped_near_deadline = 0
+        self.eval_s: list[float] = []
+        """Wall seconds of each evaluation (fetch to result)."""
+        self.cancelled = 0
+        """Background checkpoints cancelled for the final one (main had moved on)."""
+        self._last_commit: str | None = None
+        self._last_eval: Path | None = None
+        self._running_commit: str | None = None
+        self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.abandoned = False
@@ -84,19 +122,43 @@ class Checkpoints:
         """Run a checkpoint in the background; False (nothing started) if one is still running."""
         if self.busy:
             return False
-        self._thread = threading.Thread(target=self._background, args=(label, clone_url), daemon=True,
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._background, args=(label, clone_url, self._cancel), daemon=True,
                                         name=f"checkpoint-{label}")
         self._thread.start()
         return True
+
+    def periodic(self, clone_url: str, deadline_wall: float, now: float | None = None) -> str:
+        """A periodic checkpoint, if it is worth one now: "started"; "busy" (one still runs); "final_soon" (the
+        deadline comes before one checkpoint's duration has passed: the final one will score main)."""
+        if self.busy:
+            return "busy"
+        if self.eval_s and (now if now is not None else time.time()) + max(self.eval_s) >= deadline_wall:
+            self.skipped_near_deadline += 1
+            return "final_soon"
+        return "started" if self.start("periodic", clone_url) else "busy"
+
+    def final(self, clone_url: str) -> ScoreSummary:
+        """The final checkpoint, here. A background one still scoring an older commit than main's is cancelled
+        (its result would tell nothing the final one does not); one scoring main's commit is waited for (the
+        final one then repeats its result)."""
+        if self.busy:
+            running, head = self._running_commit, main_commit(clone_url)
+            if running is not None and running != head:
+                self._cancel.set()
+        self.wait()
+        summary = self.run("final", clone_url)
+        assert summary is not None
+        return summary
 
     def wait(self) -> None:
         if self._thread is not None:
             self._thread.join()
 
-    def _background(self, label: str, clone_url: str) -> None:
+    def _background(self, label: str, clone_url: str, cancel: threading.Event) -> None:
         lower_thread_priority(self.background_nice)
         try:
-            self.run(label, clone_url)
+            self.run(label, clone_url, cancel)
         except Exception as exc:
             if self.abandoned:
                 log.warning("checkpoint %s stopped with the run: %s", label, type(exc).__name__)
@@ -107,10 +169,12 @@ class Checkpoints:
         """The run is ending without this checkpoint (teardown): if one still runs, its failure is expected."""
         self.abandoned = True
 
-    def run(self, label: str, clone_url: str) -> ScoreSummary:
-        """Score main now: fetch, pack, evaluate, write the eval.json and the trace rows."""
+    def run(self, label: str, clone_url: str, cancel: threading.Event | None = None) -> ScoreSummary | None:
+        """Score main now: fetch, pack, evaluate (or repeat the last result if main is unchanged), write the
+        eval.json and the trace rows. None (nothing written) if `cancel` was set during the evaluation."""
         with self._lock:
-            schedule_s = (time.time() - self.start_wall) * self.time_scale
+            t0 = time.time()
+            schedule_s = (t0 - self.start_wall) * self.time_scale
             repo = self.run_dir / "score" / "main"
             if (repo / ".git").exists():
                 _git(["-C", str(repo), "fetch", "-q", clone_url, "+refs/heads/main:refs/remotes/origin/main"])
@@ -119,28 +183,67 @@ class Checkpoints:
                 repo.parent.mkdir(parents=True, exist_ok=True)
                 _git(["clone", "-q", clone_url, str(repo)])
             commit = _git(["-C", str(repo), "rev-parse", "HEAD"]).strip()
-            self.seq += 1
-            self.dir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(prefix="agensh-ckpt-") as tmp:
-                archive = Path(tmp) / "submission.tar.gz"
+            self._running_commit = commit
+            try:
+                return self._score(label, commit, repo, schedule_s, t0, cancel)
+            finally:
+                self._running_commit = None
+
+    def _score(self, label: str, commit: str, repo: Path, schedule_s: float, t0: float,
+               cancel: threading.Event | None) -> ScoreSummary | None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        reuse = self._last_eval if commit == self._last_commit and self._last_eval is not None else None
+        with tempfile.TemporaryDirectory(prefix="agensh-ckpt-") as tmp:
+            archive = Path(tmp) / "submission.tar.gz"
+            if label == "final" or reuse is None:
                 _git(["-C", str(repo), "archive", "--format=tar.gz", "-o", str(archive), "HEAD"])
-                result = self.task.evaluate(archive)
-                if label == "final":
-                    shutil.copyfile(archive, self.dir / FINAL_SUBMISSION)
+            if reuse is None:
+                try:
+                    result = self.task.evaluate(archive, cancel=cancel)
+                except Exception:
+                    if cancel is None or not cancel.is_set():
+                        raise
+                    # its sandboxes were killed: the Evaluator may stop on the first refused step
+                if cancel is not None and cancel.is_set():
+                    self.cancelled += 1
+                    log.info("checkpoint %s of %s cancelled: main moved on and the final one is due", label, commit)
+                    return None
+                self.eval_s.append(time.time() - t0)
+            self.seq += 1
             name = f"{self.seq:02d}-{label}.eval.json"
-            (self.dir / name).write_text(result.model_dump_json(indent=2))
-            summary = self.task.summarize(result)
-            event = f"checkpoint:{self.seq}"
-            self.trace.write(ScoreRow(checkpoint=label, commit=commit, passed=summary.passed, total=summary.total,
-                                      pass_rate=summary.score, schedule_s=round(schedule_s, 3),
-                                      not_run=summary.not_run, error_code=summary.error_code,
-                                      eval_json=f"checkpoints/{name}", event_id=event))
-            active = set(get_active_branches(self.task.instance))
-            ignored = get_ignored_tests(self.task.instance)
-            for t in result.test_results:
-                if t.branch in active:
-                    self.trace.write(TestResultRow(checkpoint=label, commit=commit, branch=t.branch, test=t.name,
-                                                   status=t.status, ignored=t.full_name in ignored, event_id=event))
-            self.trace.flush()
-            self.last = summary
-            return summary
+            if reuse is None:
+                (self.dir / name).write_text(result.model_dump_json(indent=2))
+                # a result that a retry could change (a branch that errored, a step other than the build
+                # failing) is not repeated
+                clean = result.error_code in (None, "compile_failed") and not result.test_branch_errors
+                self._last_commit, self._last_eval = (commit, self.dir / name) if clean else (None, None)
+            else:
+                result = self._repeat(reuse, self.dir / name, commit)
+            if label == "final":
+                shutil.copyfile(archive, self.dir / FINAL_SUBMISSION)
+        summary = self.task.summarize(result)
+        event = f"checkpoint:{self.seq}"
+        self.trace.write(ScoreRow(checkpoint=label, commit=commit, passed=summary.passed, total=summary.total,
+                                  pass_rate=summary.score, schedule_s=round(schedule_s, 3),
+                                  not_run=summary.not_run, error_code=summary.error_code,
+                                  eval_json=f"checkpoints/{name}", event_id=event))
+        active = set(get_active_branches(self.task.instance))
+        ignored = get_ignored_tests(self.task.instance)
+        for t in result.test_results:
+            if t.branch in active:
+                self.trace.write(TestResultRow(checkpoint=label, commit=commit, branch=t.branch, test=t.name,
+                                               status=t.status, ignored=t.full_name in ignored, event_id=event))
+        self.trace.flush()
+        self.last = summary
+        return summary
+
+    def _repeat(self, earlier: Path, dest: Path, commit: str) -> EvaluationResult:
+        """The result of `earlier` (main's same commit), written to `dest` with a `reused` step in its log."""
+        data = json.loads(earlier.read_text())
+        data.setdefault("log", []).append({
+            "step": "reused", "command": "", "wall_time": 0.0, "returncode": 0, "exception_info": "",
+            "output": f"main unchanged since checkpoint {earlier.name} (commit {commit}): its result, not evaluated "
+                      "again"})
+        dest.write_text(json.dumps(data, indent=2))
+        self.reused += 1
+        return EvaluationResult.model_validate(data)

@@ -20,6 +20,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -145,13 +146,14 @@ def _zip_to_tar(src: Path, dest: Path) -> None:
 
 def evaluate(instance: dict, submission: Path, blob_dir: Path, *, remove_hashes: list[str] | None = None,
              scratch: Path | None = None, branch_workers: int | None = None,
-             hide: list[str] | None = None) -> EvaluationResult:
+             hide: list[str] | None = None, cancel: threading.Event | None = None) -> EvaluationResult:
     """Run ProgramBench's evaluation of `submission` for `instance` (a dict as
     `programbench.utils.load_data` loads it) in bubblewrap sandboxes. `blob_dir/tests/<branch>.tar.gz`
-    holds each branch's tests, as in ProgramBench's blob store; `hide`: host paths the sandbox masks."""
+    holds each branch's tests, as in ProgramBench's blob store; `hide`: host paths the sandbox masks;
+    `cancel` set: the sandboxes are killed and the result (then meaningless) comes back at once."""
     branches = get_active_branches(instance)
     data = instance.get("branches") or {}
-    backend = BwrapBackend(scratch, hide=hide)
+    backend = BwrapBackend(scratch, hide=hide, cancel=cancel)
     try:
         archive = submission_archive(submission, backend.base)
         evaluator = LocalEvaluator(

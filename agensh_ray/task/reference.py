@@ -13,6 +13,23 @@ per run (`Task.build_reference`, mode 0111) and each worker's clone gets a copy 
   non-root uid without capabilities, with the clone's `reference/` bound read-only (so it cannot be
   chmod-ed) and the task folder and run folder not mounted, makes this hold for every shell command.
   Agents running unsandboxed as root can read anything, the task folder included.
+
+The agent sandbox (agensh_ray/agent/sandbox.py) makes the kernel's rule hold for every command an
+agent runs, whoever the host runs as:
+
+* the clone's `reference/` is bound read-only over the writable workdir: chmod, rename, unlink,
+  hard links and new files there fail;
+* a host running as root runs its agents as uid 0 without capabilities and no user namespace; the
+  clone's copy belongs to `REFERENCE_UID` (nobody), so the agent is not its owner (no chmod even
+  where it could write) and a user namespace it makes cannot map the owner (no CAP_DAC_OVERRIDE
+  over it there);
+* a host running as another user shares the reference by hard link (its owner is that user, so the
+  agent is): the sandbox forbids nested user namespaces (`--disable-userns`), where the agent would
+  hold CAP_DAC_OVERRIDE over its own files.
+
+The host reads a file for an agent (ACP `fs/read_text_file`) with `read_text`, which opens it without
+following a last symlink and checks the file it opened, so swapping a path for a link to the
+reference between the check and the read gains nothing.
 """
 
 from __future__ import annotations
@@ -41,13 +58,24 @@ def ignore_references(run_dir: str | os.PathLike) -> Path:
     return path
 
 
+REFERENCE_UID = 65534
+"""Who owns a clone's copy when the host runs as root (nobody): not the agent, which runs as uid 0."""
+
+
+class ExecuteOnlyError(PermissionError):
+    """The file is the execute-only reference: it runs, its bytes are not handed out."""
+
+
 def execute_only(path: str | os.PathLike) -> bool:
     """True for a regular file that someone may execute and nobody may read."""
     try:
         st = os.stat(path)
     except OSError:
         return False
-    mode = st.st_mode
+    return _execute_only_mode(st.st_mode)
+
+
+def _execute_only_mode(mode: int) -> bool:
     readable = mode & (stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
     runnable = mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return stat.S_ISREG(mode) and bool(runnable) and not readable
@@ -62,6 +90,8 @@ def install_reference(built: Path, workdir: Path, relpath: str) -> Path:
     try:
         shutil.copyfile(built, tmp)  # reading execute-only bytes: root (or CAP_DAC_OVERRIDE) only
         os.chmod(tmp, 0o111)
+        if os.geteuid() == 0:  # the agents run as uid 0: they must not own it (module docstring)
+            os.chown(tmp, REFERENCE_UID, REFERENCE_UID)
     except PermissionError:
         # A run as a non-root user (a cluster host's): a hard link needs no read. The clones then share one
         # inode with the run's reference.
@@ -75,3 +105,18 @@ def install_reference(built: Path, workdir: Path, relpath: str) -> Path:
         if line not in text.splitlines():
             exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + line + "\n")
     return dest
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A regular file's text, read for an agent; ExecuteOnlyError for the execute-only reference. The
+    check is made on the file opened (a last symlink is not followed; FIFOs and devices are refused
+    without blocking), so the path cannot be swapped for a link to the reference after the check."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise IsADirectoryError(f"{path} is not a regular file") if stat.S_ISDIR(st.st_mode) else \
+                PermissionError(f"{path} is not a regular file")
+        if _execute_only_mode(st.st_mode):
+            raise ExecuteOnlyError(f"{path} is execute-only")
+        return f.read().decode("utf-8", errors="replace")

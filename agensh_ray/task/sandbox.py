@@ -33,11 +33,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from agensh_ray.errors import SandboxError
+
+CANCEL_POLL_S = 0.25
+"""How often a running sandboxed command checks whether its evaluation was cancelled."""
 
 BWRAP = "bwrap"
 WORKSPACE = "/workspace"
@@ -159,20 +163,28 @@ class BwrapEnvironment:
         return a
 
     def _run(self, command: list[str], *, timeout: float, stdin=None, cwd: str | None = None) -> tuple[int, str, str]:
-        """(returncode, stdout, stderr) of one sandboxed command; returncode -1 on timeout."""
+        """(returncode, stdout, stderr) of one sandboxed command; returncode -1 on timeout, or at once once the
+        backend is cancelled (the command is killed; none starts after)."""
+        cancel = self.backend.cancel
+        if cancel.is_set():
+            return -1, "", ""
         proc = subprocess.Popen(self.argv(command, cwd), stdin=stdin if stdin is not None else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            # bwrap is the pid namespace's init: killing its group ends everything inside.
+        deadline = time.monotonic() + timeout
+        while True:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            return -1, "", ""
-        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+                out, err = proc.communicate(timeout=max(0.0, min(CANCEL_POLL_S, deadline - time.monotonic())))
+                return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+            except subprocess.TimeoutExpired:
+                if cancel.is_set() or time.monotonic() >= deadline:
+                    break
+        # bwrap is the pid namespace's init: killing its group ends everything inside.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        return -1, "", ""
 
     # -- the Evaluator's surface ---------------------------------------------------------------
     def execute(self, command: str, *, timeout: int | None = None) -> dict[str, Any]:
@@ -234,7 +246,10 @@ class BwrapBackend:
     """Hands out environments: a fresh one for a task's base image, a copy of a snapshot for a
     committed one. `close` removes every scratch folder it made."""
 
-    def __init__(self, scratch_parent: Path | None = None, hide: list[str] | None = None):
+    def __init__(self, scratch_parent: Path | None = None, hide: list[str] | None = None,
+                 cancel: threading.Event | None = None):
+        self.cancel = cancel or threading.Event()
+        """Set: the running commands are killed and none starts (an evaluation nobody waits for any more)."""
         why = bwrap_available()
         if why:
             raise SandboxError(f"cannot score in a sandbox: {why}")

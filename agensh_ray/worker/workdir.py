@@ -71,7 +71,9 @@ def sandbox_policy(cfg: RunConfig, harness: Harness, env: dict[str, str], *, wri
                    endpoints: dict[str, str], run_dir: Path, task_root: Path, hostname: str) -> SandboxPolicy | None:
     """The sandbox of an agent started with `env` (None when the run is not sandboxed): `writable` (its workdir(s)
     and HOME(s)), the toolchain, the sim's task, the shared CLI cache and the run's extra read-only folders;
-    `endpoints` (forge, MCP tools) and its model; the run folder covered wherever a read-only folder holds it."""
+    `endpoints` (forge, MCP tools) and its model; the run folder covered wherever a read-only folder holds it; each
+    clone's reference/ (the execute-only reference) read-only. A host's shared sim process starts before its
+    workers' clones exist, so theirs is not pinned: the sim reads the task folder anyway (it stands in for a model)."""
     if not cfg.sandbox.enabled:
         return None
     model, unrelayable = harness.model_endpoints(env)
@@ -82,7 +84,8 @@ def sandbox_policy(cfg: RunConfig, harness: Harness, env: dict[str, str], *, wri
         read_only.append(Path(env["XDG_CACHE_HOME"]))
     return SandboxPolicy.build(argv=harness.argv(), env=env, writable=writable, chdir=chdir,
                                endpoints={**endpoints, **model}, unrelayable=unrelayable, read_only=read_only,
-                               hidden=[run_dir], url_vars=harness.url_vars(env), hostname=hostname)
+                               hidden=[run_dir], execute_only=[Path(d) / REFERENCE_DIR for d in writable],
+                               url_vars=harness.url_vars(env), hostname=hostname)
 
 
 class Workdirs:
