@@ -52,7 +52,9 @@ class SimSession:
     mine: set[str] = field(default_factory=set)
     """Features this worker has merged."""
     lost: set[str] = field(default_factory=set)
-    """Features this worker backed off from."""
+    """Features this worker gave up on (left to its peers)."""
+    failed: dict[str, int] = field(default_factory=dict)
+    """Feature -> builds of it that raised (a transient error: retried up to MAX_ATTEMPTS in turn.py)."""
     tool_seq: int = 0
     env: dict[str, str] | None = None
     """Environment of this session's commands (its git identity)."""

@@ -29,6 +29,8 @@ RELEASE_RE = re.compile(r'^#(\d+) FAIL (w\d+): "release ([\w-]+)', re.M)
 """An entry reads `#12 CLAIM w003: "claim tac: ..."` (agensh_ray.render.fmt_entry: the text quoted)."""
 CONFLICT_RE = re.compile(r"conflicts with main in \d+ file\(s\): (.+?)\.\s", re.S)
 PR_RE = re.compile(r"PR #(\d+)")
+MAX_ATTEMPTS = 2
+"""Attempts at a feature whose build raised (a tool or git error, not a failing check) before it is left to peers."""
 
 
 class Cancelled(Exception):
@@ -122,7 +124,9 @@ class Turn:
             except (Cancelled, asyncio.CancelledError):
                 raise
             except Exception as exc:  # a failed step releases the claim instead of ending the turn
-                self.s.lost.add(feature)
+                self.s.failed[feature] = self.s.failed.get(feature, 0) + 1
+                if self.s.failed[feature] >= MAX_ATTEMPTS:  # else tried again once it is free (a transient
+                    self.s.lost.add(feature)                 # failure: the forge restarting, a lost push)
                 await self.tool("board_write", type="FAIL", text=f"release {feature}: {type(exc).__name__}"[:100],
                                 detail=str(exc)[:4000])
 
@@ -171,8 +175,7 @@ class Turn:
         rivals = [(seq, w) for seq, w, f in self._open_claims(same) if f == feature and w != self.s.worker]
         earlier = [(seq, w) for seq, w in rivals if seq < my_seq]
         if earlier:
-            seq, winner = min(earlier)
-            self.s.lost.add(feature)
+            seq, winner = min(earlier)  # not lost for good: free again once the winner releases it
             await self.tool(
                 "send_dm",
                 to=winner,

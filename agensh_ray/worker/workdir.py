@@ -42,6 +42,10 @@ def git_env(worker_id: str, home: Path) -> dict[str, str]:
         "GIT_COMMITTER_EMAIL": email,
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CONFIG_NOSYSTEM": "1",
+        # A transfer that stalls (the forge died mid-push, or its node was lost) fails after a minute
+        # instead of holding the agent's turn forever: git aborts below 1 byte/s for 60 s.
+        "GIT_HTTP_LOW_SPEED_LIMIT": "1",
+        "GIT_HTTP_LOW_SPEED_TIME": "60",
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
     }
