@@ -1,0 +1,112 @@
+"""What the driver knows of the run's health, for `Run` (mixed in): the hosts' counters (a host that is
+away counts with its last answer; one Ray restarted is started again and its workers launched anew),
+the deaths and comebacks of every actor (`actors/supervise.py`'s Watch) as lifecycle rows, and the
+progress line that shows it all. Expects `Run`'s attributes (hosts, board, forge, watch, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import ray
+
+from agensh_ray.actors.supervise import ActorAway, call
+from agensh_ray.trace import LifecycleRow
+
+log = logging.getLogger("agensh.run")
+
+
+class Health:
+    def _status(self) -> dict:
+        """The hosts' counters summed. Never blocks on a host that is away (its last answer counts) and
+        starts again any host Ray has restarted (its `started` is 0)."""
+        for hid, (h, _) in self.hosts.items():
+            if hid not in self._host_asks:
+                self._host_asks[hid] = h.status.remote()
+        asks = {ref: hid for hid, ref in self._host_asks.items()}
+        ready, _ = ray.wait(list(asks), num_returns=len(asks), timeout=2.0)
+        for ref in ready:
+            hid = asks[ref]
+            del self._host_asks[hid]
+            try:
+                answer = ray.get(ref)
+            except Exception as exc:  # away: the watch reports it; the last answer counts meanwhile
+                log.info("status of host %s: %s", hid, type(exc).__name__)
+                continue
+            if not answer.pop("started", 1):
+                self._restart_host(hid)
+            answer.pop("pid", None)
+            self._host_status[hid] = answer
+        st = Counter()
+        for s in self._host_status.values():
+            st.update(s)
+        return dict(st)
+
+    def _restart_host(self, hid: str) -> None:
+        """A host Ray restarted: start it, give it the schedule, launch again the workers it had."""
+        h, ws = self.hosts[hid]
+        again = [w for w in ws if w in self._launched]
+        try:
+            call(f"host {hid}", h.start.remote, deadline_s=60)
+            call(f"host {hid}", lambda: h.set_start.remote(self.start_wall), deadline_s=30)
+        except ActorAway as exc:
+            self.say(f"host {hid} could not be started again: {exc}")
+            return
+        for w in again:
+            h.launch.remote(w)
+        self._lifecycle(f"host {hid}", "resumed", None, f"started again; {len(again)} worker(s) launched again")
+        self.say(f"host {hid} was restarted: {len(again)} worker(s) resume with a hand-off summary")
+
+    def _lifecycle(self, actor: str, event: str, pid: int | None, detail: str) -> None:
+        """A death or restart of one of the run's actors, as a lifecycle row (worker_id null, host = the actor)."""
+        self.driver_trace.write(LifecycleRow(event=f"actor_{event}", detail=detail, host=actor, pid=pid))
+
+    def _supervise(self) -> None:
+        """Record the actors that died or came back since the last tick."""
+        for ch in self.watch.poll(wait_s=1.0):
+            self._lifecycle(ch.actor, ch.event, ch.pid, ch.detail)
+            if ch.event in ("died", "restarted", "lost"):
+                self.say(f"{ch.actor} {ch.event}" + (f" (pid {ch.pid})" if ch.pid else "") + f": {ch.detail}")
+
+    def _progress(self, st: dict) -> str:
+        """One progress line; reads the board and forge incrementally by cursor."""
+        try:
+            board = call("board", lambda: self.board.actor.since_rows.remote(self._board_cursor, 100_000), 10, 5)
+        except ActorAway:
+            board = []  # away: counted at the next tick
+        for e in board:
+            self._types[e.type] += 1
+            self._board_cursor = e.seq
+        try:
+            forge = call("forge", lambda: self.forge.events_since.remote(self._forge_cursor, 100_000), 10, 5)
+        except ActorAway:
+            forge = []
+        for ev in forge:
+            self._forge_cursor = ev.seq
+            if ev.kind == "pr_opened":
+                self._prs_open += 1
+            elif ev.kind in ("pr_merged", "pr_closed"):
+                self._prs_open -= 1
+                self._prs_merged += ev.kind == "pr_merged"
+        board = ", ".join(f"{t} {n}" for t, n in sorted(self._types.items()))
+        away = self.watch.away()
+        actors = (f" | {self.watch.restarts} actors restarted" if self.watch.restarts else "") + (
+            f" | away: {', '.join(away)}" if away else "")
+        score = f"{self.last_score:.0%}" if self.last_score is not None else "-"
+        self._open_prs = self._prs_open
+        self._board_total = sum(self._types.values())
+        self._forge_events = self._forge_cursor
+        model = ""
+        if self.gateways is not None:
+            g = self.gateways.status()
+            model = (f" | model {g.get('calls', 0)} calls, {g.get('retries', 0)} retried, "
+                     f"{g.get('gave_up', 0) + g.get('cut', 0) + g.get('error', 0)} failed, ${g.get('usd', 0):.2f}")
+        return (
+            f"workers {st.get('launched', 0)}/{len(self.workers)} up, {st.get('in_turn', 0)} in a turn, "
+            f"{st.get('idle', 0)} idle, {st.get('crashed', 0)} crashed, {st.get('turn_errors', 0)} turn errors"
+            + (f", {st['budget_stopped']} stopped at budget" if st.get("budget_stopped") else "")
+            + f" | board {self._board_total} ({board or 'empty'}) | "
+            f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}{model}{actors}"
+        )
+
