@@ -228,17 +228,23 @@ def test_checkpoints_write_eval_json_trace_rows_and_a_submission_the_leaderboard
     assert missing.returncode == 2 and "is not a run folder" in missing.stderr
 
 
+def _origin(tmp_path, compile_sh: str, message: str):
+    """A one-commit repository on main holding only `compile.sh` (a checkpoint's forge, for these tests)."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    (origin / "compile.sh").write_text(compile_sh)
+    _git(origin, "init", "-q", "-b", "main")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", message)
+    return origin
+
+
 def test_a_checkpoint_of_an_unchanged_main_repeats_the_last_result_and_none_starts_just_before_the_deadline(
         tmp_path):
     """Main unchanged since the last checkpoint: its result is repeated, not evaluated again, and still written
     (eval.json with a `reused` step, scores and test_results rows); the final one too, with its submission. A
     periodic checkpoint due within one checkpoint's duration of the deadline is not started."""
-    origin = tmp_path / "origin"
-    origin.mkdir()
-    (origin / "compile.sh").write_text("#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > executable\nchmod +x executable\n")
-    _git(origin, "init", "-q", "-b", "main")
-    _git(origin, "add", "-A")
-    _git(origin, "commit", "-q", "-m", "sub")
+    origin = _origin(tmp_path, "#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > executable\nchmod +x executable\n", "sub")
     run_dir = tmp_path / "run"
     write_schema_files(run_dir)
     trace = TraceWriter(run_dir, "driver", "r", flush_interval_s=0)
@@ -278,12 +284,7 @@ def test_a_checkpoint_of_an_unchanged_main_repeats_the_last_result_and_none_star
 def test_the_final_checkpoint_cancels_a_background_one_still_scoring_an_older_main(tmp_path):
     """A periodic checkpoint whose build would never end, on a commit main has moved past: the final one kills
     its sandboxes instead of waiting, nothing of it is written, and main's new commit is scored."""
-    origin = tmp_path / "origin"
-    origin.mkdir()
-    (origin / "compile.sh").write_text("#!/bin/sh\nsleep 3600\n")
-    _git(origin, "init", "-q", "-b", "main")
-    _git(origin, "add", "-A")
-    _git(origin, "commit", "-q", "-m", "slow")
+    origin = _origin(tmp_path, "#!/bin/sh\nsleep 3600\n", "slow")
     old = _git(origin, "rev-parse", "HEAD").strip()
     run_dir = tmp_path / "run"
     write_schema_files(run_dir)
