@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ KILL_AT_BOARD_SEQ = 8
 def _config(run_dir: Path, run_id: str) -> RunConfig:
     # 4 workers on 2 hosts; the run ends when the organization is done (the deadline only bounds a
     # machine too loaded to finish the 17 features).
-    return RunConfig(workers=4, workers_per_actor=2, time_scale=240, minutes=900, run_dir=run_dir, run_id=run_id,
+    return RunConfig(workers=4, workers_per_actor=2, time_scale=240, minutes=1800, run_dir=run_dir, run_id=run_id,
                      seed=SEED)
 
 
@@ -118,18 +119,41 @@ def _logged_seqs(path: Path) -> list[int]:
     return seqs
 
 
+CONCURRENT = 2
+"""Runs of the matrix at once (each has 7 actors: board, chat, forge, 2 hosts, 2 routers): a run spends
+much of its wall time waiting (think time, the done rule's quiet period, restarts); more than two at once
+only slow each other down on 2 cores."""
+
+
 @pytest.fixture(scope="module")
-def undisturbed(ray_session, tmp_path_factory):
-    summary, out, _ = _run(tmp_path_factory.mktemp("faults"), "calm")
-    return summary, out
+def matrix(ray_session, tmp_path_factory):
+    """Every cell's (summary, progress lines, what was killed, run folder), the undisturbed run's under
+    "calm"; a cell that failed holds its exception."""
+    root = tmp_path_factory.mktemp("faults")
+
+    def cell(kind: str):
+        run_id = "calm" if kind == "calm" else f"kill-{kind.replace('+', '-')}"
+        try:
+            return (*_run(root, run_id, KILLS.get(kind)), root / run_id)
+        except BaseException as exc:  # reported by that cell's test
+            return exc
+
+    with ThreadPoolExecutor(CONCURRENT) as pool:
+        futures = {kind: pool.submit(cell, kind) for kind in ["calm", *KILLS]}
+        return {kind: f.result() for kind, f in futures.items()}
+
+
+def _cell(matrix, kind):
+    got = matrix[kind]
+    if isinstance(got, BaseException):
+        raise got
+    return got
 
 
 @pytest.mark.parametrize("kind", list(KILLS))
-def test_a_kill_mid_run_changes_nothing_that_was_acknowledged(kind, undisturbed, tmp_path):
-    calm, _ = undisturbed
-    run_id = f"kill-{kind.replace('+', '-')}"
-    summary, out, killed = _run(tmp_path, run_id, KILLS[kind])
-    run_dir = tmp_path / run_id
+def test_a_kill_mid_run_changes_nothing_that_was_acknowledged(kind, matrix):
+    calm = _cell(matrix, "calm")[0]
+    summary, out, killed, run_dir = _cell(matrix, kind)
     assert killed, "nothing was killed"
     assert json.loads((run_dir / "summary.json").read_text()) == summary
     assert summary["score"] == calm["score"], out
@@ -148,12 +172,13 @@ def test_a_kill_mid_run_changes_nothing_that_was_acknowledged(kind, undisturbed,
             assert "crashed" in events and "restarted" in events, rows
             continue
         events = [(e, p) for e, h, _, p in rows if h == WATCHED[name]]
-        assert ("actor_died", pid) in events or any(e == "actor_died" for e, _ in events), (name, rows)
+        assert any(e == "actor_died" for e, _ in events), (name, rows)
         assert any(e == "actor_restarted" and p != pid for e, p in events), (name, rows)
     if kind == "host":  # its workers resumed in the restarted host with a hand-off
         resumed = {w for e, _, w, _ in rows if e == "resumed"}
         assert resumed == {"w001", "w002"}, rows
-    assert f"{len([k for k in killed if k[0] != 'agent'])} actors restarted" in out or kind == "agent", out
+    if kind != "agent":
+        assert f"{len(killed)} actors restarted" in out, out
 
 
 def _traced(run_dir: Path, table: str) -> list[int]:

@@ -53,6 +53,8 @@ class SimSession:
     """Features this worker has merged."""
     lost: set[str] = field(default_factory=set)
     """Features this worker gave up on (left to its peers)."""
+    backed_off: dict[str, str] = field(default_factory=dict)
+    """Feature -> the peer whose earlier claim this worker backed off from (until that peer releases it)."""
     failed: dict[str, int] = field(default_factory=dict)
     """Feature -> builds of it that raised (a transient error: retried up to MAX_ATTEMPTS in turn.py)."""
     tool_seq: int = 0

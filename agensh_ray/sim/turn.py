@@ -157,7 +157,12 @@ class Turn:
         mine = [
             n for n in names if claims.get(n, (0, ""))[1] == self.s.worker and n not in done and n not in self.s.lost
         ]
-        free = [n for n in names if n not in done and n not in claims and n not in self.s.lost]
+        released = {(w, f) for _, w, f in RELEASE_RE.findall(board)}
+        for f, winner in list(self.s.backed_off.items()):
+            if (winner, f) in released:  # the claim it lost to was given up: the feature is open again
+                del self.s.backed_off[f]
+        free = [n for n in names
+                if n not in done and n not in claims and n not in self.s.lost and n not in self.s.backed_off]
         if mine:
             return mine[0]
         if not free:
@@ -175,7 +180,8 @@ class Turn:
         rivals = [(seq, w) for seq, w, f in self._open_claims(same) if f == feature and w != self.s.worker]
         earlier = [(seq, w) for seq, w in rivals if seq < my_seq]
         if earlier:
-            seq, winner = min(earlier)  # not lost for good: free again once the winner releases it
+            seq, winner = min(earlier)
+            self.s.backed_off[feature] = winner  # not lost for good: free again once the winner releases it
             await self.tool(
                 "send_dm",
                 to=winner,
