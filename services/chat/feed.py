@@ -17,6 +17,7 @@ Two ways a message arrives:
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from agensh_ray.models import ChatMessage
 from agensh_ray.seams import Chat
@@ -35,6 +36,9 @@ class ChatFeed:
         """The loop the long polls wait on (set by the first wait_since)."""
         self.polls_waiting = 0
         """Long polls parked now, waiting for a message."""
+        self._traced: set[int] = set()
+        """Seqs this feed has traced (the callback's thread and a reconciliation must not both write one)."""
+        self._traced_lock = threading.Lock()
         self._pushed = hasattr(chat, "add_listener")
         """True when the chat reports its own new messages (they may not come through post/dm)."""
         if self._pushed:
@@ -85,10 +89,11 @@ class ChatFeed:
         self.chat.close()
 
     def reconcile_trace(self) -> int:
-        """Write the `messages` rows of logged messages that no trace file holds (agensh_ray/trace/reconcile.py):
+        """Write the `messages` rows of logged messages that no trace file holds (agensh_ray/trace/reconcile.py;
+        the embedded chat only: a Mattermost server's history is not this run's log):
         at construction (a restart included) and at close. Needs the trace's run folder (None: nothing)."""
         run_dir = getattr(self.trace, "run_dir", None)
-        if run_dir is None:
+        if run_dir is None or self._pushed:  # Mattermost: its history is the server's, not this run's log
             return 0
         self.trace.flush()
         logged = {m.seq: m for m in self.chat.messages_since(0, 10**9)}
@@ -101,6 +106,11 @@ class ChatFeed:
     # ---------------------------------------------------------------- inside
 
     def _trace(self, msg: ChatMessage) -> None:
+        """One row per message, once: the websocket callback and a reconciliation may both offer it."""
+        with self._traced_lock:
+            if msg.seq in self._traced:
+                return
+            self._traced.add(msg.seq)
         self.trace.write(
             MessageRow(
                 ts=msg.ts, worker_id=msg.sender, event_id=msg.event_id, seq=msg.seq,
