@@ -1,5 +1,6 @@
 """EmbeddedForge: the Forge protocol's calls (setup, users, the issue, PRs,
-events) and the rules only this forge applies itself, because no server does
+events; one module, a little over 400 lines, because every call takes the same
+lock and applies the same rules) and the rules only this forge applies itself, because no server does
 it for it: which merges are allowed, what a push to a PR's branch means, the
 one lock every call takes. git runs in `git.py`, state lives in `store.py`,
 hooks are `hooks.py` + `receive_hook.py`; the rules both forges share (texts,
@@ -23,9 +24,7 @@ from agensh_ray.services.forge.rules import ADMINS, PROTECTED_BRANCH
 REPO_NAME = "repo.git"
 PROTECTION_MESSAGE = "main is protected: push a branch, open a PR (pr_create) and merge it (pr_merge)"
 
-PORT_FILE = "http.port"
-"""The port the forge's git HTTP server listens on, kept beside its state: a restarted forge listens
-there again, so the URLs in every clone's remote stay right."""
+PORT_FILE = "http.port"  # the git HTTP server's port: a restarted forge listens there again (clones' URLs)
 
 
 class EmbeddedForge:
@@ -35,12 +34,11 @@ class EmbeddedForge:
                  limits: PushLimits | None = None):
         """`token_key`: what the users' tokens are made from (tokens.py; None: a random key, so tokens do
         not outlive this process); `limits`: per push and per file (PushLimits' defaults). `port` 0: the
-        port this root's forge listened on before (PORT_FILE: a restarted forge keeps its clones' URLs),
-        else a free one."""
+        port of PORT_FILE if any, else a free one."""
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         if port == 0 and (self.root / PORT_FILE).is_file():
-            port = int((self.root / PORT_FILE).read_text().strip() or 0)
+            port = int((self.root / PORT_FILE).read_text() or 0)
         self.repo = self.root / REPO_NAME
         self.host = host
         self._lock = threading.RLock()
