@@ -326,6 +326,10 @@ def test_background_checkpoints_yield_the_cpu_to_the_workers(tmp_path):
     assert ckpt.start("periodic", str(origin))
     assert not ckpt.start("periodic", str(origin)), "one at a time"
     ckpt.wait()
+    # main moves on, so the final one is evaluated, not a repeat of the periodic result
+    (origin / "README").write_text("moved on\n")
+    _git(origin, "add", "-A")
+    _git(origin, "commit", "-q", "-m", "later")
     ckpt.run("final", str(origin))
     trace.close()
 
