@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agensh_ray.board import BoardClient, BoardLimits, BoardService
-from agensh_ray.board.client import wire_request
+from agensh_ray.board.client import BoardTimeout, wire_request
 from agensh_ray.errors import BoardError
 from agensh_ray.models import BoardEntry, BoardEntryIn
 from agensh_ray.wire import Row, entries_from_acks
@@ -268,3 +268,48 @@ async def test_committed_entries_land_in_the_board_trace(tmp_path):
     table = pq.read_table(files).to_pylist()
     assert sorted((r["seq"], r["type"], r["text"], r["has_detail"], r["event_id"], r["run_id"]) for r in table) == [
         (1, "FACT", "traced", True, "board:1", "t1"), (2, "CLAIM", "also traced", False, "board:2", "t1")]
+
+
+class LosesCalls:
+    """The board service behind a remote that loses its first `n` calls of one method (never answers
+    them), as Ray has done with calls in flight to an async actor that restarted."""
+
+    def __init__(self, service: BoardService, method: str, n: int = 1) -> None:
+        self.service, self.method, self.lost = service, method, n
+
+    def __getattr__(self, name: str):
+        real = getattr(self.service, name)
+        if name != self.method:
+            return real
+
+        async def call(*args):
+            if self.lost > 0:
+                self.lost -= 1
+                await asyncio.Event().wait()  # never answered
+            return await real(*args)
+
+        return call
+
+
+async def test_a_lost_board_call_times_out_and_strands_no_other_caller(service):
+    """A write whose call is never answered fails with BoardTimeout after the client's deadline, and
+    the writes queued behind it in the process (the coalescer's senders) still go through; sent again,
+    the lost write is written once. The same for a lost read."""
+    writer = BoardClient(LosesCalls(service, "write_acks"), deadline_s=0.3)
+    lost = e("lost in flight")
+    first = asyncio.ensure_future(writer.awrite(lost))
+    await asyncio.sleep(0.01)
+    later = await asyncio.wait_for(asyncio.gather(*(writer.awrite(e(f"later {i}")) for i in range(5))), 5)
+    assert [x.text for x in later] == [f"later {i}" for i in range(5)]
+    with pytest.raises(BoardTimeout, match="did not answer a write within 0.3 s"):
+        await first
+    assert (await writer.awrite(lost)).text == "lost in flight"
+    assert [x.text for x in service.board.since(0, 100)].count("lost in flight") == 1
+
+    reader = BoardClient(LosesCalls(service, "recent_delta"), deadline_s=0.3)
+    with pytest.raises(BoardTimeout, match="a read"):
+        await reader.arecent()
+    assert len(await reader.arecent()) == 6
+    poller = BoardClient(LosesCalls(service, "wait_since_rows"), deadline_s=0.3)
+    with pytest.raises(BoardTimeout, match="a long poll within 0.4 s"):
+        await poller.await_since(6, timeout_s=0.1)

@@ -11,7 +11,10 @@ What the client adds, for the hot paths at 1,024 workers:
 * a host's concurrent writes leave in shared calls (`_WriteCoalescer`, client-side group commit),
   and a write's answer is (seq, ts) per entry (`agensh_ray.wire.entries_from_acks`);
 * the recent view is a local copy (`agensh_ray.board.view.RecentView`) fetched by delta, shared by
-  concurrent readers (`_RecentReader`), and fed by the deliveries the host gets anyway (`observe`).
+  concurrent readers (`_RecentReader`), and fed by the deliveries the host gets anyway (`observe`);
+* every call has a deadline (`CALL_DEADLINE_S`, beyond a long poll's own timeout): a call lost while
+  the board actor restarts (Ray has hung such calls of async actors) fails with `BoardTimeout`
+  instead of stranding its caller, and with it every writer queued behind it in this process.
 """
 
 from __future__ import annotations
@@ -27,6 +30,25 @@ from agensh_ray.board.view import RecentView, cut
 from agensh_ray.errors import BoardError
 from agensh_ray.models import BoardEntry, BoardEntryIn
 from agensh_ray.wire import Row, entries_from_acks
+
+
+CALL_DEADLINE_S = 120.0
+"""How long a board call may go unanswered. A live board answers in milliseconds and a restarted one
+replays its log in seconds; a call past this is lost, and a write may be sent again (its request id
+makes that safe)."""
+
+
+class BoardTimeout(TimeoutError):
+    """A board call got no answer within its deadline."""
+
+
+async def within(call: Any, deadline_s: float, what: str) -> Any:
+    """Await `call`, or raise `BoardTimeout` naming `what` after `deadline_s`."""
+    try:
+        return await asyncio.wait_for(call, deadline_s)
+    except asyncio.TimeoutError:
+        raise BoardTimeout(f"the board did not answer {what} within {deadline_s:g} s (is it restarting?); "
+                           "try again") from None
 
 
 def raise_if_error(value: Any) -> Any:
@@ -68,9 +90,10 @@ class _WriteCoalescer:
 
     MAX_INFLIGHT = 2
 
-    def __init__(self, remote: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, remote: Any, loop: asyncio.AbstractEventLoop, deadline_s: float) -> None:
         self.remote = remote
         self.loop = loop
+        self.deadline_s = deadline_s
         self.queue: list[tuple[list[Any], asyncio.Future[list[Any]]]] = []
         self.inflight = 0
         self.senders: set[asyncio.Task[None]] = set()
@@ -91,7 +114,8 @@ class _WriteCoalescer:
             while self.queue:
                 batch, self.queue = self.queue, []
                 try:
-                    res = await self.remote.write_acks([e for entries, _ in batch for e in entries])
+                    res = await within(self.remote.write_acks([e for entries, _ in batch for e in entries]),
+                                       self.deadline_s, "a write")
                 except BaseException as exc:  # the actor died for good, or we are cancelled: tell every caller
                     for _, fut in batch:
                         if not fut.done():
@@ -113,8 +137,9 @@ class _RecentReader:
     by the next one (started when it returns), so their answer is as fresh as their call, and 64
     workers reading at once cost the board one or two small deltas, not 64."""
 
-    def __init__(self, remote: Any, view: RecentView, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, remote: Any, view: RecentView, loop: asyncio.AbstractEventLoop, deadline_s: float) -> None:
         self.remote = remote
+        self.deadline_s = deadline_s
         self.view = view
         self.loop = loop
         self.waiters: list[asyncio.Future[list[BoardEntry]]] = []
@@ -144,7 +169,7 @@ class _RecentReader:
             try:
                 held = v.view
                 started, v.wrote = v.clock(), False
-                delta = await self.remote.recent_delta(*v.bounds())
+                delta = await within(self.remote.recent_delta(*v.bounds()), self.deadline_s, "a read")
                 self.fetches += 1
                 self.rows += len(delta.rows)
                 view = v.merge(held, delta)
@@ -171,8 +196,9 @@ class BoardClient:
     The recent-view copy and the write queue belong to one process and one event loop."""
 
     def __init__(self, remote: Any, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, deadline_s: float = CALL_DEADLINE_S) -> None:
         self.remote = remote
+        self.deadline_s = deadline_s
         self.view = RecentView(clock, wall)
         self._writer: _WriteCoalescer | None = None
         self._reader: _RecentReader | None = None
@@ -180,7 +206,7 @@ class BoardClient:
     def _coalescer(self) -> _WriteCoalescer:
         loop = asyncio.get_running_loop()
         if self._writer is None or self._writer.loop is not loop:
-            self._writer = _WriteCoalescer(self.remote, loop)
+            self._writer = _WriteCoalescer(self.remote, loop, self.deadline_s)
         return self._writer
 
     async def awrite(self, entry: BoardEntryIn | dict[str, Any]) -> BoardEntry:
@@ -200,7 +226,7 @@ class BoardClient:
         (`recent_delta`), and concurrent readers share one fetch (`_RecentReader`)."""
         loop = asyncio.get_running_loop()
         if self._reader is None or self._reader.loop is not loop:
-            self._reader = _RecentReader(self.remote, self.view, loop)
+            self._reader = _RecentReader(self.remote, self.view, loop, self.deadline_s)
         return cut(await self._reader.read(), limit)
 
     def observe(self, rows: list[Row], cursor: int | None) -> None:
@@ -213,25 +239,29 @@ class BoardClient:
         r = self._reader
         return (r.fetches, r.rows) if r is not None else (0, 0)
 
+    async def _call(self, what: str, call: Any, extra_s: float = 0.0) -> Any:
+        return await within(call, self.deadline_s + extra_s, what)
+
     async def asince(self, cursor: int, limit: int = 1000) -> list[BoardEntry]:
-        return as_entries(raise_if_error(await self.remote.since_rows(cursor, limit)))
+        return as_entries(raise_if_error(await self._call("a read", self.remote.since_rows(cursor, limit))))
 
     async def await_since(self, cursor: int, timeout_s: float = 30.0, limit: int = 1000) -> list[BoardEntry]:
-        return as_entries(raise_if_error(await self.remote.wait_since_rows(cursor, timeout_s, limit)))
+        rows = await self._call("a long poll", self.remote.wait_since_rows(cursor, timeout_s, limit), timeout_s)
+        return as_entries(raise_if_error(rows))
 
     async def agrep(
         self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
     ) -> list[BoardEntry]:
-        return raise_if_error(await self.remote.grep(pattern, regex, limit, type))
+        return raise_if_error(await self._call("a search", self.remote.grep(pattern, regex, limit, type)))
 
     async def aunfold(self, seq: int) -> BoardEntry:
-        return raise_if_error(await self.remote.unfold(seq))
+        return raise_if_error(await self._call("an unfold", self.remote.unfold(seq)))
 
     async def alast_seq(self) -> int:
-        return await self.remote.last_seq()
+        return await self._call("last_seq", self.remote.last_seq())
 
     async def acursor_at(self, ts: int) -> int:
-        return await self.remote.cursor_at(ts)
+        return await self._call("cursor_at", self.remote.cursor_at(ts))
 
     async def ainfo(self) -> dict[str, Any]:
-        return await self.remote.info()
+        return await self._call("info", self.remote.info())
