@@ -23,8 +23,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from agensh_ray import runfolder
 from agensh_ray.actors.supervise import Watch, call
 from agensh_ray.config import RunConfig, worker_ids
-from agensh_ray.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
-from agensh_ray.health import Health
+from agensh_ray.driver.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
+from agensh_ray.driver.health import Health
 from agensh_ray.errors import ForcedStop
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.placement import check_capacity, host_options, launch_offsets
@@ -138,11 +138,6 @@ class Run(Health, Ending):
             self.hosts[hid] = (handle, ws)
         for (hid, (h, _)), pid in zip(self.hosts.items(), ray.get([h.start.remote() for h, _ in self.hosts.values()])):
             self.watch.add(f"host {hid}", lambda h=h: h.pid.remote(), pid)
-        # The schedule (launch offsets, wind-down, deadline) starts now that the hosts are up:
-        # bootstrap time on a loaded machine must not eat into the run.
-        self.start_wall = time.time()
-        self.checkpoints.start_wall = self.start_wall
-        ray.get([h.set_start.remote(self.start_wall) for h, _ in self.hosts.values()])
         n = max(1, min(self.cfg.routing.routers, len(self.hosts)))
         slices: list[dict] = [{} for _ in range(n)]
         for i, (hid, (_, ws)) in enumerate(self.hosts.items()):
@@ -158,6 +153,12 @@ class Run(Health, Ending):
         for i, (r, pid) in enumerate(zip(self.routers, ray.get([r.ensure_started.remote() for r in self.routers]))):
             self.watch.add(f"router r{i}", lambda r=r: r.ensure_started.remote(), pid)
         self.host_of = {w: h for h, (_, ws) in self.hosts.items() for w in ws}
+        # The schedule (launch offsets, wind-down, deadline) starts now that the hosts and routers are
+        # up: their start-up on a loaded machine (each a new process; tens of seconds at load 15) must
+        # not eat into the run, or a short run's deadline passes before its first turn ends.
+        self.start_wall = time.time()
+        self.checkpoints.start_wall = self.start_wall
+        ray.get([h.set_start.remote(self.start_wall) for h, _ in self.hosts.values()])
 
     # -- running ---------------------------------------------------------------------
     def _score(self, checkpoint: str) -> None:
