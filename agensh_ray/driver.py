@@ -143,9 +143,10 @@ class Run(Health, Ending):
         self.start_wall = time.time()
         self.checkpoints.start_wall = self.start_wall
         ray.get([h.set_start.remote(self.start_wall) for h, _ in self.hosts.values()])
-        n = max(1, min(self.cfg.routing.routers, len(self.hosts)))
+        # The baseline has no routers: nothing to route to a lone agent (its host queues its own prompts).
+        n = 0 if self.cfg.baseline else max(1, min(self.cfg.routing.routers, len(self.hosts)))
         slices: list[dict] = [{} for _ in range(n)]
-        for i, (hid, (_, ws)) in enumerate(self.hosts.items()):
+        for i, (hid, (_, ws)) in enumerate(self.hosts.items() if n else ()):
             slices[i % n][hid] = (f"host-{self.run_id}-{hid}", ws)
         self.routers = [
             RouterActor.options(name=f"router-{self.run_id}-{i}", scheduling_strategy=self.on_head).remote(
@@ -208,7 +209,12 @@ class Run(Health, Ending):
                 if self.gateways is not None and (why := self.gateways.signal()):
                     self.say(f"{why}: stopping as at the deadline")
                     return "budget"
-                if cfg.stop_when_done and next_launch == len(self.workers):
+                if cfg.baseline and next_launch == len(self.workers) and st.get("stopped", 0) >= len(self.workers):
+                    # agensh_ray/worker/keep_going.py: the stop hook let the agent stop (idle turns), or it gave up
+                    self.say(f"the baseline agent stopped ({st.get('settled', 0)} after "
+                             f"{cfg.baseline_idle_turns} turns in a row without work): the run is done")
+                    return "done"
+                if cfg.stop_when_done and not cfg.baseline and next_launch == len(self.workers):
                     # agensh_ray/stopping.py: every worker finished a turn, the task was worked on, no PR
                     # open, and a quiet period (idle-nudge cycles, observed turn lengths) with no new work.
                     worked = bool(self._board_total or self._prs_open or self._prs_merged
@@ -297,6 +303,7 @@ class Run(Health, Ending):
             "run_id": self.run_id,
             "workers": len(self.workers),
             "harness": self.cfg.harness,
+            "baseline": self.cfg.baseline,
             "task": self.task.name,
             "wall_s": round(time.time() - self.t0, 1),
             "prs_opened": len(prs),

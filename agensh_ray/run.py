@@ -60,7 +60,15 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--workers", type=int, default=8, help="number of identical workers (1 to 1,024)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="number of identical workers (1 to 1,024; default 8, or 1 with --baseline)")
+    p.add_argument("--baseline", action="store_true",
+                   help="the single-agent baseline: one worker, no board, chat or routers, its own prompt "
+                   "(prompts/baseline.md); each time the agent ends its turn before the deadline it is told to keep "
+                   "going (prompts/keep_going.md), until the deadline or --baseline-idle-turns turns in a row "
+                   "without work. Same task, scoring and trace tables (board and messages stay empty)")
+    p.add_argument("--baseline-idle-turns", type=at_least_one, default=3,
+                   help="baseline: consecutive turns without work (no edit, commit or PR) that end the run")
     p.add_argument("--task", default="textkit",
                    help="programbench:<instance_id> (ProgramBench's catalogue; needs Docker), a bundled task's name, "
                    "or a folder in ProgramBench's task format (python -m agensh_ray.tasks list)")
@@ -152,7 +160,9 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         get_harness(a.harness)
         gateway = gateway_config(a)
         cfg = RunConfig(
-            workers=a.workers,
+            workers=a.workers if a.workers is not None else (1 if a.baseline else 8),
+            baseline=a.baseline,
+            baseline_idle_turns=a.baseline_idle_turns,
             task=a.task,
             harness=a.harness,
             minutes=minutes,
