@@ -240,6 +240,9 @@ class RunConfig(BaseModel):
     (the board service still runs, empty; the share-findings prompt is not sent)."""
     chat_tools: bool = True
     """Give the agents the chat tools (send_dm, channel_post, read_messages). Off: an ablation."""
+    claim_ttl_s: float = Field(3600.0, gt=0)
+    """Schedule seconds a CLAIM stays in the board's recent view (what `board_read` shows); older claims are
+    found only by `board_grep` (agensh_ray/board/limits.py)."""
     baseline: bool = False
     """The single-agent baseline (`--baseline`): one worker, no board or chat tools, no routers, its own
     prompt (prompts/baseline.md), and a stop hook: each time the agent ends its turn before the deadline it is

@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from agensh_ray import runfolder
 from agensh_ray.actors.supervise import Watch, call
+from agensh_ray.board import BoardLimits
 from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.health import Health
@@ -96,7 +97,8 @@ class Run(Health, Ending):
         ignore_references(self.run_dir)
         write_schema_files(self.run_dir)  # every table queryable from the DuckDB CLI, even if never written
         self.board = get_or_create_board(
-            f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"), time_scale=self.cfg.time_scale,
+            f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"),
+            limits=BoardLimits(claim_ttl_s=self.cfg.claim_ttl_s), time_scale=self.cfg.time_scale,
             run_dir=rd, run_id=self.run_id, scheduling_strategy=self.on_head,
         )
         # by --forge/--chat name
