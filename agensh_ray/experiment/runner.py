@@ -77,8 +77,10 @@ class Experiment:
         }, indent=2))
         (self.out / "configs").mkdir(exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
-        for c in self.cells:
-            (self.out / "configs" / f"{c.id}.json").write_text(c.config.model_dump_json(indent=2))
+        for c in self.cells:  # a finished cell keeps the config it ran with
+            path = self.out / "configs" / f"{c.id}.json"
+            if not (finished(self.out, c.id) and path.exists()):
+                path.write_text(c.config.model_dump_json(indent=2))
 
     def ledger(self, record: dict) -> None:
         record = {"ts": datetime.now(timezone.utc).isoformat(timespec="seconds"), **record}
