@@ -30,6 +30,12 @@ def worker_ids(n: int) -> list[str]:
     return [f"w{i:0{width}d}" for i in range(1, n + 1)]
 
 
+BOARD_TOOLS = frozenset({"board_read", "board_grep", "board_unfold", "board_write"})
+"""The board's tools (agensh_ray/tools.py), withheld when `RunConfig.board_tools` is off."""
+CHAT_TOOLS = frozenset({"send_dm", "channel_post", "read_messages"})
+"""The chat's tools, withheld when `RunConfig.chat_tools` is off."""
+
+
 class RoutingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -40,8 +46,11 @@ class RoutingConfig(BaseModel):
     """Number of RouterActors (at least 1); each serves a slice of the WorkerActors."""
     idle_nudge_s: float = Field(600.0, gt=0)
     """Send a 'keep working' nudge after this long without a turn (schedule seconds)."""
+    nudge: bool = True
+    """Send the idle nudge at all (off: an idle worker waits for a DM, a forge event or a wind-down notice)."""
     share_findings: bool = True
-    """After a turn that wrote nothing to the board, prompt the worker to share findings."""
+    """After a turn that wrote nothing to the board, prompt the worker to share findings (never without the
+    board tools)."""
     wind_down_s: list[float] = Field(default_factory=lambda: [2700.0, 300.0])
     """Wind-down notices this many schedule seconds before the deadline (T-45 min, T-5 min)."""
     poll_timeout_s: float = 1.0
@@ -226,6 +235,22 @@ class RunConfig(BaseModel):
     """On a cluster with fewer free agent slots than workers, wait for slots instead of refusing."""
     worker_memory_mb: int | None = None
     """Memory Ray reserves per worker (default: 450 MiB for a real agent CLI, 0 for sim)."""
+    board_tools: bool = True
+    """Give the agents the board tools (board_read, board_grep, board_unfold, board_write). Off: an ablation
+    (the board service still runs, empty; the share-findings prompt is not sent)."""
+    chat_tools: bool = True
+    """Give the agents the chat tools (send_dm, channel_post, read_messages). Off: an ablation."""
+    claim_ttl_s: float = Field(3600.0, gt=0)
+    """Schedule seconds a CLAIM stays in the board's recent view (what `board_read` shows); older claims are
+    found only by `board_grep` (agensh_ray/board/limits.py)."""
+    baseline: bool = False
+    """The single-agent baseline (`--baseline`): one worker, no board or chat tools, no routers, its own
+    prompt (prompts/baseline.md), and a stop hook: each time the agent ends its turn before the deadline it is
+    told to keep going (prompts/keep_going.md), until the deadline or `baseline_idle_turns` turns in a row
+    that did no work; then the run ends ("ended": "done")."""
+    baseline_idle_turns: int = Field(3, ge=1)
+    """Baseline: consecutive turns without work (no file edited, no commit, no change to the clone, no PR
+    opened, reviewed, commented or merged) after which the agent is not told to keep going."""
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
@@ -244,7 +269,18 @@ class RunConfig(BaseModel):
             raise ValueError("workers_per_actor must be at least 1")
         if self.run_id is not None:
             check_run_id(self.run_id)
+        if self.baseline:
+            if self.workers != 1:
+                raise ValueError(f"the baseline runs one worker, got workers={self.workers}")
+            if self.board_tools or self.chat_tools:  # the baseline has neither: set here, whatever was given
+                object.__setattr__(self, "board_tools", False)
+                object.__setattr__(self, "chat_tools", False)
         return self
+
+    @property
+    def tools_off(self) -> frozenset[str]:
+        """The infra tools this run does not give its agents (agensh_ray/tools.py)."""
+        return (frozenset() if self.board_tools else BOARD_TOOLS) | (frozenset() if self.chat_tools else CHAT_TOOLS)
 
     def wall(self, schedule_s: float) -> float:
         """Wall seconds for a span of schedule seconds."""

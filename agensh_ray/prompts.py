@@ -19,6 +19,16 @@ def worker(worker_id: str, workers: int) -> str:
     return _text("worker").format(worker_id=worker_id, workers=workers, markers=MARKERS)
 
 
+def baseline(worker_id: str) -> str:
+    """The single-agent baseline's first prompt: one engineer, the forge tools only."""
+    return _text("baseline").format(worker_id=worker_id)
+
+
+def keep_going(minutes_left: float) -> str:
+    """The baseline's stop hook: the agent ended its turn before the deadline."""
+    return _text("keep_going").strip().format(minutes=minutes_left)
+
+
 def nudge() -> str:
     return _text("nudge").strip()
 

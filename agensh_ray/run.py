@@ -60,7 +60,15 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--workers", type=int, default=8, help="number of identical workers (1 to 1,024)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="number of identical workers (1 to 1,024; default 8, or 1 with --baseline)")
+    p.add_argument("--baseline", action="store_true",
+                   help="the single-agent baseline: one worker, no board, chat or routers, its own prompt "
+                   "(prompts/baseline.md); each time the agent ends its turn before the deadline it is told to keep "
+                   "going (prompts/keep_going.md), until the deadline or --baseline-idle-turns turns in a row "
+                   "without work. Same task, scoring and trace tables (board and messages stay empty)")
+    p.add_argument("--baseline-idle-turns", type=at_least_one, default=3,
+                   help="baseline: consecutive turns without work (no edit, commit or PR) that end the run")
     p.add_argument("--task", default="textkit",
                    help="programbench:<instance_id> (ProgramBench's catalogue; needs Docker), a bundled task's name, "
                    "or a folder in ProgramBench's task format (python -m agensh_ray.tasks list)")
@@ -138,8 +146,13 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
                    help="an extra folder every sandbox sees read-only (repeatable)")
     p.add_argument("--think", type=float, default=20.0, help="sim: schedule seconds per step")
     p.add_argument("--bug-rate", type=float, default=0.25, help="sim: probability a first attempt fails its check")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                   help="run with this RunConfig as JSON (a run folder's config.json, an experiment's "
+                   "configs/<cell>.json; agensh_ray/config.py) instead of the flags above (only -v still applies)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     a = p.parse_args(argv)
+    if a.config is not None:
+        return _from_file(p, a)
     if (a.forge != "embedded" or a.chat != "embedded") and a.secrets is None:
         p.error(f"--forge {a.forge} --chat {a.chat} needs --secrets (from python -m agensh_ray.bootstrap)")
     global VERBOSE
@@ -152,7 +165,9 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         get_harness(a.harness)
         gateway = gateway_config(a)
         cfg = RunConfig(
-            workers=a.workers,
+            workers=a.workers if a.workers is not None else (1 if a.baseline else 8),
+            baseline=a.baseline,
+            baseline_idle_turns=a.baseline_idle_turns,
             task=a.task,
             harness=a.harness,
             minutes=minutes,
@@ -185,6 +200,25 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         return cfg
     except ValidationError as exc:
         p.error("; ".join(_flag(e["loc"]) + e["msg"].removeprefix("Value error, ") for e in exc.errors()))
+    except (RunFolderError, HarnessError, OSError) as exc:
+        p.error(str(exc))
+
+
+def _from_file(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
+    """--config: the whole RunConfig from a JSON file, checked as the flags are (exit 2 on any error)."""
+    global VERBOSE
+    VERBOSE = a.verbose
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = RunConfig.model_validate_json(a.config.read_text())
+        get_harness(cfg.harness)
+        runfolder.check_parent(cfg.run_dir)
+        if cfg.run_id is not None:
+            runfolder.check_folder(cfg.run_dir, cfg.run_id, cfg.overwrite)
+        return cfg
+    except ValidationError as exc:
+        p.error(f"{a.config}: " + "; ".join(_flag(e["loc"]) + e["msg"].removeprefix("Value error, ")
+                                             for e in exc.errors()))
     except (RunFolderError, HarnessError, OSError) as exc:
         p.error(str(exc))
 

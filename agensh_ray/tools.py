@@ -26,8 +26,9 @@ from agensh_ray.seams import Infra
 log = logging.getLogger(__name__)
 
 
-def build_server(infra: Infra) -> MCPServer:
-    """The MCP server with every infra tool; the worker comes from the request scope."""
+def build_server(infra: Infra, without: frozenset[str] = frozenset()) -> MCPServer:
+    """The MCP server with every infra tool but those named in `without` (a run without the board or chat
+    tools: the baseline, an ablation); the worker comes from the request scope."""
     server = MCPServer("agensh-infra",
                        instructions=f"Board, chat and forge tools shared by every worker of the run. {MARKERS}")
 
@@ -37,6 +38,8 @@ def build_server(infra: Infra) -> MCPServer:
         if fn is None:
             return lambda f: tool(f, shows_workers_text=shows_workers_text)
         name = fn.__name__
+        if name in without:
+            return fn
         description = f"{fn.__doc__} {MARKERS}" if shows_workers_text else fn.__doc__
 
         async def wrapper(ctx: Context, **kwargs) -> str:
@@ -178,11 +181,11 @@ class ToolServer:
     with an unknown worker or a wrong token gets 404.
     """
 
-    def __init__(self, infra: Infra, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, infra: Infra, host: str = "127.0.0.1", port: int = 0, without: frozenset[str] = frozenset()):
         self.infra = infra
         self.host = host
         self._port = port
-        self._inner = build_server(infra).streamable_http_app(streamable_http_path="/mcp")
+        self._inner = build_server(infra, without).streamable_http_app(streamable_http_path="/mcp")
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task | None = None
         self.hits: dict[str, int] = {}

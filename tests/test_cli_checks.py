@@ -145,3 +145,22 @@ def test_a_run_folder_leading_outside_run_dir_is_refused(tmp_path):
     (tmp_path / "runs" / "r1").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     with pytest.raises(RunFolderError, match="is outside --run-dir"):
         runfolder.check_folder(tmp_path / "runs", "r1", overwrite=False)
+
+
+def test_a_baseline_of_several_workers_is_refused(capsys, tmp_path):
+    err = refused(capsys, "--baseline", "--workers", "4", "--run-dir", str(tmp_path))
+    assert "baseline runs one worker" in err
+
+
+def test_a_config_file_is_checked_as_the_flags_are(capsys, tmp_path):
+    """--config FILE (an experiment's configs/<cell>.json): the whole RunConfig, refused with exit 2 when wrong."""
+    good = tmp_path / "good.json"
+    good.write_text(RunConfig(workers=1, baseline=True, run_dir=tmp_path, run_id="c").model_dump_json())
+    cfg = parse_args(["--config", str(good)])
+    assert cfg.baseline and cfg.run_id == "c" and not cfg.board_tools
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"workers": 1, "workerz": 2}')
+    assert "workerz" in refused(capsys, "--config", str(bad))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "config.json").write_text("{}")  # an earlier run's folder, and no overwrite in the file
+    assert "--overwrite" in refused(capsys, "--config", str(good))

@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from agensh_ray import runfolder
 from agensh_ray.actors.supervise import Watch, call
+from agensh_ray.board import BoardLimits
 from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.driver.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.driver.health import Health
@@ -96,7 +97,8 @@ class Run(Health, Ending):
         ignore_references(self.run_dir)
         write_schema_files(self.run_dir)  # every table queryable from the DuckDB CLI, even if never written
         self.board = get_or_create_board(
-            f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"), time_scale=self.cfg.time_scale,
+            f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"),
+            limits=BoardLimits(claim_ttl_s=self.cfg.claim_ttl_s), time_scale=self.cfg.time_scale,
             run_dir=rd, run_id=self.run_id, scheduling_strategy=self.on_head,
         )
         # by --forge/--chat name
@@ -138,9 +140,10 @@ class Run(Health, Ending):
             self.hosts[hid] = (handle, ws)
         for (hid, (h, _)), pid in zip(self.hosts.items(), ray.get([h.start.remote() for h, _ in self.hosts.values()])):
             self.watch.add(f"host {hid}", lambda h=h: h.pid.remote(), pid)
-        n = max(1, min(self.cfg.routing.routers, len(self.hosts)))
+        # The baseline has no routers: nothing to route to a lone agent (its host queues its own prompts).
+        n = 0 if self.cfg.baseline else max(1, min(self.cfg.routing.routers, len(self.hosts)))
         slices: list[dict] = [{} for _ in range(n)]
-        for i, (hid, (_, ws)) in enumerate(self.hosts.items()):
+        for i, (hid, (_, ws)) in enumerate(self.hosts.items() if n else ()):
             slices[i % n][hid] = (f"host-{self.run_id}-{hid}", ws)
         self.routers = [
             RouterActor.options(name=f"router-{self.run_id}-{i}", scheduling_strategy=self.on_head).remote(
@@ -209,7 +212,12 @@ class Run(Health, Ending):
                 if self.gateways is not None and (why := self.gateways.signal()):
                     self.say(f"{why}: stopping as at the deadline")
                     return "budget"
-                if cfg.stop_when_done and next_launch == len(self.workers):
+                if cfg.baseline and next_launch == len(self.workers) and st.get("stopped", 0) >= len(self.workers):
+                    # agensh_ray/worker/keep_going.py: the stop hook let the agent stop (idle turns), or it gave up
+                    self.say(f"the baseline agent stopped ({st.get('settled', 0)} after "
+                             f"{cfg.baseline_idle_turns} turns in a row without work): the run is done")
+                    return "done"
+                if cfg.stop_when_done and not cfg.baseline and next_launch == len(self.workers):
                     # agensh_ray/stopping.py: every worker finished a turn, the task was worked on, no PR
                     # open, and a quiet period (idle-nudge cycles, observed turn lengths) with no new work.
                     worked = bool(self._board_total or self._prs_open or self._prs_merged
@@ -298,6 +306,7 @@ class Run(Health, Ending):
             "run_id": self.run_id,
             "workers": len(self.workers),
             "harness": self.cfg.harness,
+            "baseline": self.cfg.baseline,
             "task": self.task.name,
             "wall_s": round(time.time() - self.t0, 1),
             "prs_opened": len(prs),

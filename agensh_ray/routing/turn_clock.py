@@ -27,7 +27,8 @@ class TurnClock:
     """When one worker's host-made prompts are due. Plain and clock-free: every time is in schedule
     seconds since the run started (the host multiplies wall time by `time_scale`).
 
-    - idle nudge: `idle_nudge_s` after the end of its last turn with no new turn (once per idle spell);
+    - idle nudge: `idle_nudge_s` after the end of its last turn with no new turn (once per idle spell; never
+      with `nudge` off);
     - share-findings: at the end of a turn that wrote nothing to the board (not after a turn that the
       host's own prompts started, so prompts never loop);
     - wind-down: each notice `wind_down_s` before the deadline, once; a worker that starts after a
@@ -38,24 +39,27 @@ class TurnClock:
     deadline_s: float
     wind_down_s: tuple[float, ...] = (2700.0, 300.0)
     share_findings: bool = True
+    nudge: bool = True
     last_turn_end: float = 0.0
     in_turn: bool = False
     _nudged: bool = False
     _notices: list[float] = field(default_factory=list)
     _sent: int = 0
 
-    HOST_KINDS = frozenset({"nudge", "share_findings", "wind_down", "handoff"})
+    HOST_KINDS = frozenset({"nudge", "share_findings", "wind_down", "handoff", "keep_going"})
     """Triggers made by the host itself."""
 
     def __post_init__(self) -> None:
         self._notices = sorted((b for b in self.wind_down_s if 0 < b < self.deadline_s), reverse=True)
 
     @classmethod
-    def from_config(cls, routing: Any, deadline_s: float, now_s: float = 0.0) -> "TurnClock":
-        """From a `RoutingConfig` (a worker launched at `now_s` counts as having just ended a turn)."""
+    def from_config(cls, routing: Any, deadline_s: float, now_s: float = 0.0, board: bool = True) -> "TurnClock":
+        """From a `RoutingConfig` (a worker launched at `now_s` counts as having just ended a turn); `board`:
+        the agents have the board tools (without them there are no findings to share on it)."""
         return cls(
             idle_nudge_s=routing.idle_nudge_s, deadline_s=deadline_s, wind_down_s=tuple(routing.wind_down_s),
-            share_findings=routing.share_findings, last_turn_end=now_s,
+            share_findings=routing.share_findings and board, nudge=getattr(routing, "nudge", True),
+            last_turn_end=now_s,
         )
 
     def turn_started(self, now_s: float) -> None:
@@ -80,7 +84,7 @@ class TurnClock:
             self._sent = k
             before = self._notices[k - 1]
             out.append(Due("wind_down", HIGH, k == len(self._notices), before / 60))
-        if not self.in_turn and not self._nudged and now_s - self.last_turn_end >= self.idle_nudge_s:
+        if self.nudge and not self.in_turn and not self._nudged and now_s - self.last_turn_end >= self.idle_nudge_s:
             self._nudged = True
             out.append(Due("nudge"))
         return out
@@ -90,6 +94,6 @@ class TurnClock:
         nxt = float("inf")
         if self._sent < len(self._notices):
             nxt = self.deadline_s - self._notices[self._sent]
-        if not self.in_turn and not self._nudged:
+        if self.nudge and not self.in_turn and not self._nudged:
             nxt = min(nxt, self.last_turn_end + self.idle_nudge_s)
         return max(0.0, nxt - now_s)

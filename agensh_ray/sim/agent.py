@@ -62,6 +62,8 @@ class SimSession:
     """Environment of this session's commands (its git identity)."""
     merged_seen: set[str] = field(default_factory=set)
     """Features this session saw registered on main."""
+    tools: frozenset[str] = frozenset()
+    """The infra tools the run gives this agent (the MCP server's list; no board or chat in the baseline)."""
     announced: bool = False
     """Whether this session already checked main end to end and told the channel."""
 
@@ -132,6 +134,7 @@ class SimAgent:
 
         s.mcp_cm = Client(s.mcp_url, read_timeout_seconds=120)
         s.mcp = await s.mcp_cm.__aenter__()
+        s.tools = frozenset(t.name for t in (await s.mcp.list_tools()).tools)
 
     def _note_events(self, s: SimSession, text: str) -> None:
         if "WIND-DOWN" in text:

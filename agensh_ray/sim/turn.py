@@ -81,6 +81,23 @@ class Turn:
         self.agent._note_events(self.s, text)
         return text
 
+    @property
+    def board(self) -> bool:
+        """This run gives the agent the board tools (the baseline and the no-board ablation do not)."""
+        return "board_read" in self.s.tools
+
+    @property
+    def chat(self) -> bool:
+        return "send_dm" in self.s.tools
+
+    async def note(self, type: str, text: str, detail: str | None = None) -> str:
+        """A finding: a board entry when the agent has the board, else a line of its own output (what an agent
+        with nowhere to share keeps to itself)."""
+        if self.board:
+            return await self.tool("board_write", type=type, text=text, **({"detail": detail} if detail else {}))
+        await self.say(f"{type}: {text}")
+        return ""
+
     async def sh(self, *argv: str, check: bool = True) -> tuple[int, str]:
         """Run a command in the workdir with the agent's own shell (as Copilot CLI does)."""
         cid = self._call_id()
@@ -127,7 +144,7 @@ class Turn:
                 self.s.failed[feature] = self.s.failed.get(feature, 0) + 1
                 if self.s.failed[feature] >= MAX_ATTEMPTS:  # else tried again once it is free (a transient
                     self.s.lost.add(feature)                 # failure: the forge restarting, a lost push)
-                await self.tool("board_write", type="FAIL", text=f"release {feature}: {type(exc).__name__}"[:100],
+                await self.note(type="FAIL", text=f"release {feature}: {type(exc).__name__}"[:100],
                                 detail=str(exc)[:4000])
 
     def _merged_on_main(self, registry_text: str) -> set[str]:
@@ -144,8 +161,12 @@ class Turn:
     async def gather_and_claim(self) -> str | None:
         """Gather from the board (what is merged, what is claimed), then claim one free feature.
 
-        Merged features are known from PATCH_SUMMARY entries; git is only touched to build."""
+        Merged features are known from PATCH_SUMMARY entries; git is only touched to build. Without the board
+        (the baseline, the no-board ablation) it gathers from main alone and claims nothing: a feature not on
+        main, at random (peers, if any, collide on the forge)."""
         await self.think()
+        if not self.board:
+            return await self.gather_from_main()
         board = await self.tool("board_read", limit=2000)
         done = {f for _, f in SUMMARY_RE.findall(board)} | self.s.merged_seen
         claims = self._active_claims(board)
@@ -182,14 +203,23 @@ class Turn:
         if earlier:
             seq, winner = min(earlier)
             self.s.backed_off[feature] = winner  # not lost for good: free again once the winner releases it
-            await self.tool(
-                "send_dm",
-                to=winner,
-                text=f"{self.s.worker} here: we both claimed {feature}; yours (#{seq}) came first, I back off.",
-            )
-            await self.tool("board_write", type="FAIL", text=f"release {feature}: {winner} claimed it first")
+            if self.chat:
+                await self.tool(
+                    "send_dm",
+                    to=winner,
+                    text=f"{self.s.worker} here: we both claimed {feature}; yours (#{seq}) came first, I back off.",
+                )
+            await self.note(type="FAIL", text=f"release {feature}: {winner} claimed it first")
             return await self.gather_and_claim()
         return feature
+
+    async def gather_from_main(self) -> str | None:
+        merged = await self.fetch_main()
+        if self.s.wind_down:
+            await self.say("Wind-down: no new features.")
+            return None
+        free = [f.name for f in self.task.features() if f.name not in merged and f.name not in self.s.lost]
+        return self.rng.choice(free) if free else None
 
     def _claims(self, board: str) -> list[tuple[int, str, str]]:
         return [(int(seq), w, f) for seq, w, f in CLAIM_RE.findall(board)]
@@ -217,16 +247,14 @@ class Turn:
         f = next(x for x in self.task.features() if x.name == feature)
         branch = f"{self.s.worker}/{feature}"
         if feature in await self.fetch_main():
-            await self.tool("board_write", type="FAIL", text=f"release {feature}: already on main")
+            await self.note(type="FAIL", text=f"release {feature}: already on main")
             self.s.lost.add(feature)
             return
         await self.say(f"Building {feature} on {branch}.")
         await self.sh("git", "checkout", "-q", "-B", branch, "origin/main")
         await self.think()
         if self.rng.random() < self.cfg.config.observe_rate:
-            await self.tool(
-                "board_write",
-                type="OBSERVED",
+            await self.note(type="OBSERVED",
                 text=f"{feature}: reference output checked on the sample inputs before coding",
             )
         code = self.task.oracle_module(feature)
@@ -240,17 +268,17 @@ class Turn:
         rc, out = await self.sh(sys.executable, "checks/check.py", feature, check=False)
         if rc != 0:
             reason = out.strip().splitlines()[-1] if out.strip() else "check failed"
-            await self.tool("board_write", type="FAIL", text=f"{feature}: first attempt failed its check"[:100],
+            await self.note(type="FAIL", text=f"{feature}: first attempt failed its check"[:100],
                             detail=reason[:2000])
             await self.think()
             await self.write(f.module, self.task.oracle_module(feature))
             rc, out = await self.sh(sys.executable, "checks/check.py", feature, check=False)
             if rc != 0:
-                await self.tool("board_write", type="FAIL", text=f"release {feature}: still failing, giving up",
+                await self.note(type="FAIL", text=f"release {feature}: still failing, giving up",
                                 detail=out[-2000:])
                 self.s.lost.add(feature)
                 return
-        await self.tool("board_write", type="FACT", text=f"{feature}: matches the reference on the visible checks")
+        await self.note(type="FACT", text=f"{feature}: matches the reference on the visible checks")
         await self.sh("git", "add", "-A")
         await self.sh("git", "commit", "-q", "-m", f"Add {feature}")
         # The branch is this worker's own: a rebuilt branch replaces an abandoned attempt.
@@ -260,15 +288,13 @@ class Turn:
         )
         m = PR_RE.search(opened)
         if not m:
-            await self.tool("board_write", type="FAIL", text=f"release {feature}: could not open a PR", detail=opened)
+            await self.note(type="FAIL", text=f"release {feature}: could not open a PR", detail=opened)
             self.s.lost.add(feature)
             return
         number = int(m.group(1))
         if await self.merge(number, branch, feature):
             self.s.mine.add(feature)
-            await self.tool(
-                "board_write",
-                type="PATCH_SUMMARY",
+            await self.note(type="PATCH_SUMMARY",
                 text=f"{feature}: added textkit/commands/{feature}.py and its registry line; PR #{number} merged",
             )
 
@@ -280,10 +306,10 @@ class Turn:
         rc, out = await self.sh(sys.executable, "checks/check.py", check=False)
         failed = [l for l in out.splitlines() if l.startswith("FAIL")]
         if rc == 0:
-            await self.tool("channel_post", text=f"{self.s.worker}: nothing left to claim; main {sha.strip()} "
-                                                 "passes every visible check")
+            text = f"{self.s.worker}: nothing left to claim; main {sha.strip()} passes every visible check"
+            await (self.tool("channel_post", text=text) if self.chat else self.say(text))
         else:
-            await self.tool("board_write", type="FAIL", text=f"main {sha.strip()} fails {len(failed)} check(s)",
+            await self.note(type="FAIL", text=f"main {sha.strip()} fails {len(failed)} check(s)",
                             detail="\n".join(failed)[:4000])
 
     async def add_registry_line(self, line: str) -> None:
@@ -301,21 +327,22 @@ class Turn:
             if res.startswith("merged:"):
                 return True
             if "conflict" not in res:
-                await self.tool("board_write", type="FAIL", text=f"release {feature}: merge of PR #{number} failed",
+                await self.note(type="FAIL", text=f"release {feature}: merge of PR #{number} failed",
                                 detail=res[:2000])
                 self.s.lost.add(feature)
                 return False
             # Merge main into the branch, resolve, re-check what the conflict touched, push, merge again.
             await self.think()
-            await self.sh("git", "fetch", "-q", "origin")
-            rc, out = await self.sh("git", "merge", "--no-edit", "origin/main", check=False)
+            # A peer merged this very feature meanwhile (no board to see its claim): main's version wins.
+            theirs = ["-X", "theirs"] if feature in await self.fetch_main() else []
+            rc, out = await self.sh("git", "merge", "--no-edit", *theirs, "origin/main", check=False)
             if rc != 0:
                 files = await self.resolve_conflicts()
                 await self.sh("git", "commit", "-q", "--no-edit")
                 if any(f != self.task.registry_path for f in files):
                     await self.sh(sys.executable, "checks/check.py", feature)
             await self.sh("git", "push", "-q", "origin", f"HEAD:refs/heads/{branch}")
-        await self.tool("board_write", type="FAIL", text=f"release {feature}: PR #{number} kept conflicting")
+        await self.note(type="FAIL", text=f"release {feature}: PR #{number} kept conflicting")
         self.s.lost.add(feature)
         return False
 

@@ -18,6 +18,7 @@ from agensh_ray.inputs import whole_number
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
 from agensh_ray.render import fmt_issue, render
 from agensh_ray.trace import ToolCallRow
+from agensh_ray.worker.keep_going import WORK_TOOLS
 
 if TYPE_CHECKING:
     from agensh_ray.worker.host import WorkerHost
@@ -62,6 +63,8 @@ class ToolsBackend:
 
     def record_tool_call(self, worker: str, tool: str, duration_ms: float, ok: bool, error: str | None) -> None:
         w = self.host.workers[worker]
+        if ok and tool in WORK_TOOLS:
+            w.work_calls += 1
         self.host.trace.write(
             ToolCallRow(worker_id=worker, tool=tool, source="mcp", duration_ms=duration_ms, ok=ok, error=error,
                         turn=w.turn)

@@ -83,7 +83,7 @@ class WorkerHost:
             self.workers[w] = Worker(self, w, secrets.token_hex(8), base / "repo", base / "home")
         self.workdirs = Workdirs(self.run_dir, host_id)
         self.backend = ToolsBackend(self)
-        self.tools = ToolServer(self.backend)
+        self.tools = ToolServer(self.backend, without=cfg.tools_off)
         self.shared = self.harness.name == "sim" and len(worker_ids) > 1
         """Simulation packing: one sim process serves all of this host's workers (agent/mux.py)."""
         self._shared_agent: SharedAgent | None = None
@@ -117,7 +117,8 @@ class WorkerHost:
         if w.launched:
             return
         w.launched = True
-        w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s())
+        w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s(),
+                                        board=self.cfg.board_tools)
         resumed = (w.workdir / ".git").exists()  # launched before, by a host process that died
         await asyncio.to_thread(self.workdirs.prepare, w.id, w.workdir, w.home, self.clone_urls[w.id])
         if resumed:
@@ -267,6 +268,7 @@ class WorkerHost:
             "turn_errors": sum(w.turn_errors for w in ws),
             "backing_off": sum(w.backing_off() for w in ws),
             "budget_stopped": sum(w.stop_reason is not None for w in ws),
+            "settled": sum(w.settled is not None for w in ws),
             "turns": sum(w.turn for w in ws),
             "took_turn": sum(w.turn > 0 for w in ws),
             "finished_turn": sum(w.turns_finished > 0 or w.stopped for w in ws),

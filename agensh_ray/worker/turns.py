@@ -42,6 +42,7 @@ from agensh_ray.render import render
 from agensh_ray.routing import HIGH, TurnClock
 from agensh_ray.seams import AgentSession
 from agensh_ray.trace import ToolCallRow, TurnRow, UsageRow
+from agensh_ray.worker.keep_going import KeepGoing, fingerprint
 
 if TYPE_CHECKING:
     from agensh_ray.worker.host import WorkerHost
@@ -63,6 +64,8 @@ class TraceObserver(SessionObserver):
         self.host, self.worker = host, worker
 
     def on_tool_call(self, rec: ToolCallRecord) -> None:
+        if rec.kind == "edit" and rec.status != "failed":
+            self.worker.work_calls += 1
         dur = (rec.finished - rec.started) * 1000 if rec.finished else None
         self.host.trace.write(ToolCallRow(
             worker_id=self.worker.id, tool=rec.title or rec.kind or "?", source="agent", tool_call_id=rec.tool_call_id,
@@ -119,6 +122,12 @@ class Worker:
     """Schedule second before which no turn starts (backing off a failing model)."""
     stop_reason: str | None = None
     """Why the worker was stopped before the run's end (a budget cap)."""
+    settled: str | None = None
+    """Why a baseline worker stopped taking turns (its stop hook let it stop: keep_going.py)."""
+    work_calls: int = 0
+    """Edits and forge writes during the current turn (the baseline's stop hook)."""
+    keep_going: KeepGoing | None = None
+    """The baseline's stop hook (None in a multi-agent run)."""
     closed: bool = False
     """Its session is closed and its `stopped` row written."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -139,13 +148,13 @@ class Worker:
             return
         trigger: str | None = "first"
         try:
-            while not host.stopping.is_set() and self.stop_reason is None:
+            while not host.stopping.is_set() and self.stop_reason is None and self.settled is None:
                 if self.turn > 0:
                     trigger = await self.wait_for_reason()
                     if trigger is None:
                         break
                 await self.one_turn(trigger)
-            if self.stop_reason is not None:
+            if self.stop_reason is not None or self.settled is not None:
                 await self.stop_early()
         finally:
             self.stopped = True
@@ -179,7 +188,8 @@ class Worker:
         body = render(pending, mid_turn=False)
         if trigger == "first" or self.handoff:  # a new session knows nothing yet
             self.handoff = False
-            return prompts.worker(self.id, host.cfg.workers) + ("\n\n" + body if body else "")
+            first = prompts.baseline(self.id) if host.cfg.baseline else prompts.worker(self.id, host.cfg.workers)
+            return first + ("\n\n" + body if body else "")
         return f"worker id: {self.id}\n" + (body or "Continue.")
 
     async def one_turn(self, trigger: str) -> None:
@@ -187,6 +197,8 @@ class Worker:
         self.turn += 1
         self.in_turn = True
         self.board_writes = 0
+        self.work_calls = 0
+        before = await asyncio.to_thread(fingerprint, self.workdir) if host.cfg.baseline else ""
         self.clock.turn_started(host.schedule_s())
         text = self.prompt_text(trigger)
         host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="start", trigger=trigger))
@@ -212,10 +224,25 @@ class Worker:
             host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger,
                                      stop_reason=stop_reason, duration_ms=self.last_turn_s * 1000))
         await self.after_turn(since, failure)
+        if host.cfg.baseline:
+            await self.stop_hook(before, stop_reason)
         due = self.clock.turn_ended(host.schedule_s(), self.board_writes, trigger, stop_reason)
         if due is not None:
             host.push(self, due.kind, prompts.share_findings(), due.priority)
         host.clock_changed()
+
+    async def stop_hook(self, before: str, stop_reason: str) -> None:
+        """The baseline's: tell the agent to keep going, or let it stop (keep_going.py)."""
+        host = self.host
+        if self.keep_going is None:
+            self.keep_going = KeepGoing(host.cfg.baseline_idle_turns)
+        worked = self.work_calls > 0 or await asyncio.to_thread(fingerprint, self.workdir) != before
+        left_s = host.cfg.minutes * 60 - host.schedule_s()
+        verdict = self.keep_going.turn_ended(worked, stop_reason, left_s > 0)
+        if verdict == "keep_going":
+            host.push(self, "keep_going", prompts.keep_going(left_s / 60), "low")
+        elif verdict == "stop":
+            self.settled = self.keep_going.why_stop
 
     async def after_turn(self, since_us: int, failure: str | None) -> None:
         """A `turn_error` row for a failed turn (with what the gateway saw of its model calls), the backoff of
@@ -250,7 +277,7 @@ class Worker:
 
     async def stop_early(self) -> None:
         """Stop this worker while the run goes on (its budget is spent): claims released, session closed."""
-        why = self.stop_reason or "stopped"
+        why = self.stop_reason or self.settled or "stopped"
         await self.host.release_claims(self, why)
         if self.session is not None:
             await self.session.close()

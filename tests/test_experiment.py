@@ -1,0 +1,185 @@
+"""An experiment end to end (marker `experiment`): a 2x2 plan (the single-agent baseline and 2 workers, 2
+seeds) with short runs, interrupted with SIGINT once its first cell finished, then resumed: exactly the
+remaining cells run, the first is left alone, and the tables have a row per cell and per worker count.
+
+`python -m agensh_ray.experiment` runs as a subprocess, and each cell as its own `python -m agensh_ray.run` with
+its own Ray instance (in a Ray temp folder of this test's); every process that names that folder or descends
+from the experiment is killed at the end, whatever happened. Plus the plan's rules, without running anything."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agensh_ray.experiment.plan import Plan, load_plan
+from agensh_ray.paths import PROJECT_ROOT
+from tests.support import wait_for
+
+PLAN = """\
+name: resume
+tasks: [textkit]
+workers: [1, 2]
+seeds: [0, 1]
+base:
+  minutes: 30
+  time_scale: 240
+  launch_interval_s: 0
+  score_every_s: 3600
+"""
+CELLS = ["textkit.base.w001.s0", "textkit.base.w001.s1", "textkit.base.w002.s0", "textkit.base.w002.s1"]
+COLUMNS = {"cell", "workers", "seed", "baseline", "ended", "score", "resolved", "t50_s", "t100_s", "merges",
+           "conflicts", "dms", "claims_colliding", "claims_settled", "cost_usd", "cost_per_point"}
+
+
+# -- the plan, without running anything ------------------------------------------------------------------
+
+def test_a_plan_makes_one_validated_runconfig_per_cell(tmp_path):
+    plan = Plan(workers=[1, 4], seeds=[0, 1], base={"minutes": 60, "sim.think_s": 5},
+                ablations={"relevant": {"routing.policy": "relevant"}, "no-nudge": {"routing": {"nudge": False}}},
+                ablation_workers=[4])
+    cells = {c.id: c for c in plan.cells(tmp_path)}
+    assert len(cells) == 2 * 2 + 2 * 2
+    one = cells["textkit.base.w001.s1"].config
+    assert one.baseline and one.seed == 1 and one.sim.think_s == 5 and one.time_scale == 120  # the sim's default
+    assert cells["textkit.relevant.w004.s0"].config.routing.policy == "relevant"
+    assert not cells["textkit.no-nudge.w004.s1"].config.routing.nudge
+    assert all(c.config.run_dir == tmp_path.absolute() / "cells" and c.config.run_id == c.id for c in cells.values())
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"base": {"workerz": 2}}, "workerz"),
+    ({"base": {"seed": 2}}, "sets seed"),
+    ({"ablations": {"base": {}}}, "ablation name"),
+    ({"ablations": {"x": {"routing.policy": "some"}}}, "policy"),
+    ({"seeds": [1, 1]}, "repeat"),
+])
+def test_a_bad_plan_is_refused_before_anything_runs(bad, why):
+    with pytest.raises(ValueError, match=why):
+        Plan.model_validate(bad)
+
+
+def test_the_plan_file_is_yaml(tmp_path):
+    (tmp_path / "p.yaml").write_text(PLAN)
+    assert [c.id for c in load_plan(tmp_path / "p.yaml").cells(tmp_path)] == CELLS
+
+
+def test_every_sim_knob_and_plan_field_is_documented_in_docs_experiments():
+    from agensh_ray.config import SimConfig
+    from agensh_ray.paths import DOCS_DIR
+
+    doc = (DOCS_DIR / "experiments.md").read_text()
+    missing = [f for f in [*SimConfig.model_fields, *Plan.model_fields] if f"`{f}`" not in doc and f"{f}:" not in doc]
+    assert not missing, missing
+
+
+# -- interrupted and resumed ------------------------------------------------------------------------------
+
+def ledger(exp: Path) -> list[dict]:
+    return [json.loads(line) for line in (exp / "ledger.jsonl").read_text().splitlines()]
+
+
+class Processes:
+    """Every process of the experiment: its descendants while it lives, anything naming the Ray temp folder."""
+
+    def __init__(self, ray_tmp: Path):
+        self.ray_tmp = str(ray_tmp)
+        self.seen: dict[int, psutil.Process] = {}
+
+    def note(self, pid: int) -> None:
+        try:
+            for c in psutil.Process(pid).children(recursive=True):
+                self.seen.setdefault(c.pid, c)
+        except psutil.Error:
+            pass
+
+    def kill_all(self) -> None:
+        for p in psutil.process_iter():
+            try:
+                if self.ray_tmp in " ".join(p.cmdline()):
+                    self.seen.setdefault(p.pid, p)
+            except psutil.Error:
+                pass
+        for p in self.seen.values():
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+
+
+@pytest.mark.experiment
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_interrupted_experiment_resumes_with_exactly_the_remaining_cells(tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    exp = tmp_path / "exp"
+    ray_tmp = Path(tempfile.mkdtemp(prefix="agx-", dir="/tmp"))  # short: Ray's socket paths
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "agensh_ray.experiment", str(plan), "--out", str(exp)]
+    procs = Processes(ray_tmp)
+    log = tmp_path / "first.log"
+    try:
+        with open(log, "wb") as f:
+            first = subprocess.Popen(argv, cwd=PROJECT_ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+        def second_cell_started() -> bool:
+            procs.note(first.pid)
+            started = (exp / "ledger.jsonl").exists() and [r["cell"] for r in ledger(exp) if r["event"] == "start"]
+            return (started and started[-1] == CELLS[1]) or first.poll() is not None
+
+        wait_for(second_cell_started, 400, "the first cell to finish and the second to start")
+        assert first.poll() is None, log.read_text()
+        done_at = (exp / "cells" / CELLS[0] / "summary.json").stat().st_mtime_ns
+        first.send_signal(signal.SIGINT)  # as Ctrl-C: the experiment stops its running cell in order
+        assert first.wait(timeout=180) == 130, log.read_text()
+        out = log.read_text()
+        assert "SIGINT" in out and "Traceback" not in out, out
+        before = ledger(exp)
+        assert [r["cell"] for r in before if r["event"] == "start"] == CELLS[:2]
+        assert all(r["commit"] for r in before if r["event"] == "start")
+        finished = [c for c in CELLS if (exp / "cells" / c / "summary.json").exists()
+                    and json.loads((exp / "cells" / c / "summary.json").read_text())["ended"] != "interrupted"]
+        assert finished == [CELLS[0]], out
+
+        second = subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+        assert "1 finished already, 3 to run" in second.stdout, second.stdout
+        ran = [r["cell"] for r in ledger(exp)[len(before):] if r["event"] == "start"]
+        assert ran == CELLS[1:], ran  # exactly the remaining cells, once each
+        assert (exp / "cells" / CELLS[0] / "summary.json").stat().st_mtime_ns == done_at  # left alone
+        for c in CELLS:
+            assert json.loads((exp / "configs" / f"{c}.json").read_text())["run_id"] == c
+            assert json.loads((exp / "cells" / c / "summary.json").read_text())["run_id"] == c
+
+        with open(exp / "cells.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert [r["cell"] for r in rows] == CELLS and COLUMNS <= set(rows[0]), rows
+        assert [r["baseline"] for r in rows] == ["True", "True", "False", "False"]
+        with open(exp / "summary.csv") as f:
+            groups = list(csv.DictReader(f))
+        assert [(g["workers"], g["seeds"]) for g in groups] == [("1", "2"), ("2", "2")]
+        for key in ("score_mean", "score_sd", "resolved_pct", "t100_s_mean", "merges_mean", "conflicts_mean",
+                    "dms_mean", "claims_settled_mean", "cost_per_point_mean"):
+            assert key in groups[0]
+        table = (exp / "summary.md").read_text()
+        assert "| 1 (baseline) | 2 |" in table and "4 of 4 cells finished" in table
+        # The summary is rebuilt from the run folders alone.
+        (exp / "summary.md").unlink()
+        again = subprocess.run([*argv, "--summarize-only"], cwd=PROJECT_ROOT, env=env, capture_output=True,
+                               text=True, timeout=300)
+        assert again.returncode == 0 and (exp / "summary.md").read_text() == table, again.stderr[-3000:]
+    finally:
+        if "first" in locals() and first.poll() is None:
+            first.kill()
+        procs.kill_all()
+        subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
