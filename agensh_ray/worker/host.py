@@ -75,6 +75,9 @@ class WorkerHost:
         """When the run's schedule started (wall clock); the driver moves it once every host is up."""
         self.task_root = task_root
         self.harness: Harness = get_harness(cfg.harness)
+        self.model: str | None = cfg.model if cfg.model or self.harness.name == "sim" else \
+            self.harness.choose_model(None)
+        """The model its agents use (in the `turns` trace)."""
         self.trace = TraceWriter(self.run_dir, f"host-{host_id}", run_id)
         self.inbox = HostInbox(worker_ids)
         self.workers: dict[str, Worker] = {}
@@ -164,7 +167,8 @@ class WorkerHost:
                                     run_dir=self.run_dir, task_root=self.task_root, hostname=w.id)
             self._note_network(policy)
             session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer, extra_env=extra,
-                                     log_dir=self.run_dir / "logs", gateway=gateway, sandbox=policy)
+                                     log_dir=self.run_dir / "logs", gateway=gateway, sandbox=policy,
+                                     model=self.model)
         w.session = session
         await session.start()
         return session

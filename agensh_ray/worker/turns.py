@@ -189,7 +189,7 @@ class Worker:
         self.board_writes = 0
         self.clock.turn_started(host.schedule_s())
         text = self.prompt_text(trigger)
-        host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="start", trigger=trigger))
+        host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="start", trigger=trigger, model=host.model))
         t0 = time.perf_counter()
         since = now_us()
         stop_reason = "error"
@@ -209,7 +209,7 @@ class Worker:
             self.in_turn = False
             self.last_turn_s = time.perf_counter() - t0
             self.turns_finished += 1
-            host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger,
+            host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger, model=host.model,
                                      stop_reason=stop_reason, duration_ms=self.last_turn_s * 1000))
         await self.after_turn(since, failure)
         due = self.clock.turn_ended(host.schedule_s(), self.board_writes, trigger, stop_reason)

@@ -1,0 +1,131 @@
+"""One real turn per agent CLI against the bundled fake endpoint, as a user runs it: the model chosen with
+--model (RunConfig.model), the endpoint and key in the CLI's own variables, a real WorkerHost, sandboxed.
+The scripted turn calls our MCP tool, edits a file with the CLI's own tool and runs `printenv` in the
+agent's shell; the test checks the model the fake was asked for, the trace's tool calls and usage, that
+nothing under the worker's HOME holds the key, and that the shell saw no credential.
+
+Each test skips, saying how to install, when its CLI is missing.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agensh_ray.agent.harness import SECRET_NAME, get_harness
+from agensh_ray.fakes.anthropic_server import FakeAnthropic
+from agensh_ray.fakes.openai_server import FakeOpenAI
+from agensh_ray.fakes.script import Script, Step, Turn
+from tests.support import LocalServices, await_for
+from tests.test_real_agents import need, table
+
+pytestmark = [pytest.mark.real_agent, pytest.mark.timeout(300)]
+
+WORKERS = ["w001", "w002"]
+MODEL = "agensh-chosen-model-1"
+KEY = "sk-fake-turn-key-7d1c0e5a9b3f"
+NOTE = "written by the agent's own edit tool\n"
+CODEX_PATCH = "*** Begin Patch\n*** Add File: NOTES.md\n+written by the agent's own edit tool\n*** End Patch\n"
+
+CLIS = {
+    # harness: (fake endpoint, URL variable, key variable, edit step, shell step)
+    "copilot": (FakeOpenAI, "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY",
+                Step(tool="create", args={"path": "${cwd}/NOTES.md", "file_text": NOTE}),
+                Step(tool="bash", args={"command": "printenv", "description": "environment", "initial_wait": 60})),
+    "claude": (FakeAnthropic, "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY",
+               Step(tool="Write", args={"file_path": "${cwd}/NOTES.md", "content": NOTE}),
+               Step(tool="Bash", args={"command": "printenv", "description": "environment", "timeout": 60000})),
+    "codex": (FakeOpenAI, "OPENAI_BASE_URL", "OPENAI_API_KEY",
+              Step(tool="exec_command", args={"cmd": f"apply_patch <<'EOF'\n{CODEX_PATCH}EOF\n"}),
+              Step(tool="exec_command", args={"cmd": "printenv", "workdir": "${cwd}"})),
+}
+
+
+@pytest.fixture
+def services(tmp_path, git_env):
+    s = LocalServices(tmp_path / "svc", WORKERS)
+    yield s
+    s.close()
+
+
+def printenv_output(fake) -> str:
+    """The tool result that carries printenv's output (it has HOME=...)."""
+    outs = [t for r in fake.requests for t in r.results() if re.search(r"(^|\n|\")HOME=", t)]
+    assert outs, "printenv's output never reached the model"
+    return outs[-1]
+
+
+async def real_turn(name: str, services, tmp_path, monkeypatch) -> None:
+    need(name)
+    fake_cls, url_var, key_var, edit, shell = CLIS[name]
+    for var in get_harness(name).env_keys:
+        monkeypatch.delenv(var, raising=False)
+    script = Script(workers={"*": [Turn(steps=[
+        Step(tool="board_write", args={"type": "FACT", "text": f"{name} reached the board over MCP"}),
+        edit, shell, Step(say="Done."),
+    ])]})
+    fake = fake_cls(script)
+    monkeypatch.setenv(url_var, fake.start())
+    monkeypatch.setenv(key_var, KEY)
+    if name == "copilot":
+        monkeypatch.setenv("COPILOT_OFFLINE", "true")
+    run_dir = tmp_path / "run"
+    host = services.host(run_dir, WORKERS, harness=name, model=MODEL)
+    await host.start()
+    w = host.workers["w001"]
+    try:
+        await host.launch("w001")
+        await await_for(lambda: w.turn >= 1 and not w.in_turn, 240, f"{name}'s turn to end")
+    finally:
+        await host.stop()
+        fake.close()
+    life = [(r["event"], r["detail"]) for r in table(run_dir, "lifecycle")]
+    assert w.crashed == 0 and not [d for e, d in life if e in ("turn_error", "crashed")], life
+
+    # The fake was asked for the chosen model, every time.
+    asked = [r for r in fake.requests if r.path.split("?")[0].rstrip("/").endswith(("/responses", "/completions",
+                                                                                      "/messages"))]
+    assert asked and {r.body.get("model") for r in asked} == {MODEL}, {r.body.get("model") for r in asked}
+    # The scripted turn ran: our tool, the CLI's own edit and shell.
+    assert [(e.type.value, e.text) for e in services.board_plain.recent()] == [
+        ("FACT", f"{name} reached the board over MCP")]
+    assert (w.workdir / "NOTES.md").read_text() == NOTE
+    calls = table(run_dir, "tool_calls")
+    assert [c["tool"] for c in calls if c["source"] == "mcp"] == ["board_write"]
+    agent = [c for c in calls if c["source"] == "agent"]
+    assert len(agent) >= 3 and all(c["ok"] for c in agent), agent
+    turns = table(run_dir, "turns")
+    assert {t["model"] for t in turns} == {MODEL}
+    # Usage, where the CLI reports it, is what the fake counted.
+    usage = table(run_dir, "usage")
+    counted = [r.usage for r in fake.requests if r.usage]
+    if name == "copilot":
+        assert len(usage) == 1
+        assert (usage[0]["input_tokens"], usage[0]["output_tokens"]) == (
+            sum(u["input"] for u in counted), sum(u["output"] for u in counted))
+    else:  # claude-code-acp 0.16 and codex-acp 0.16 report no tokens with the turn
+        assert usage == []
+    # The agent's shell saw no credential: neither the key nor any credential variable.
+    env_lines = printenv_output(fake)
+    assert KEY not in env_lines
+    names = re.findall(r"(?m)^([A-Za-z_][A-Za-z0-9_]*)=", env_lines.replace("\\n", "\n"))
+    assert "HOME" in names and not [n for n in names if SECRET_NAME.search(n)], names
+    # Nothing the CLI left in the worker's HOME holds the key, nor its MCP token (Claude Code gets it in a header
+    # and keeps its MCP URL in its logs).
+    for f in w.home.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            data = f.read_bytes()
+            assert KEY.encode() not in data and w.token.encode() not in data, f
+
+
+async def test_real_turn_copilot(services, tmp_path, monkeypatch):
+    await real_turn("copilot", services, tmp_path, monkeypatch)
+
+
+async def test_real_turn_claude(services, tmp_path, monkeypatch):
+    await real_turn("claude", services, tmp_path, monkeypatch)
+
+
+async def test_real_turn_codex(services, tmp_path, monkeypatch):
+    await real_turn("codex", services, tmp_path, monkeypatch)
