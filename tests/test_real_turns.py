@@ -129,3 +129,50 @@ async def test_real_turn_claude(services, tmp_path, monkeypatch):
 
 async def test_real_turn_codex(services, tmp_path, monkeypatch):
     await real_turn("codex", services, tmp_path, monkeypatch)
+
+
+@pytest.mark.timeout(400)
+def test_driver_sigterm_mid_turn_leaves_no_agent_process(tmp_path):
+    """`python -m agensh_ray.run --harness codex` (through the model gateway, sandboxed), SIGTERM to the driver
+    while its agent waits for the model: within 10 s no agent process is left (codex-acp's npm launcher does not
+    forward signals; its native child goes with the process group)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    need("codex")
+    fake = FakeOpenAI(Script(workers={"*": [Turn(steps=[Step(tool="board_read", args={}, gate="hold"),
+                                                       Step(say="Done.")])]}))
+    url = fake.start()
+    env = {k: v for k, v in os.environ.items() if k not in get_harness("codex").env_keys}
+    env.update(OPENAI_BASE_URL=url, OPENAI_API_KEY=KEY)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "agensh_ray.run", "--harness", "codex", "--model", MODEL, "--workers", "1",
+         "--run-dir", str(tmp_path), "--run-id", "sigterm"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert fake.wait_held("hold", 240), "the agent never asked the model"
+        agents = [p for p in psutil.Process(driver.pid).children(recursive=True)
+                  if any("codex-acp" in part for part in p.cmdline())]
+        assert len(agents) >= 2, agents  # the npm launcher and its native child
+        assert {r.body.get("model") for r in fake.requests} == {MODEL}
+        driver.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and [p for p in agents if p.is_running()
+                                               and p.status() != psutil.STATUS_ZOMBIE]:
+            time.sleep(0.2)
+        left = [p for p in agents if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not left, f"agent processes alive 10 s after SIGTERM: {left}"
+        fake.open_gate("hold")
+        out, _ = driver.communicate(timeout=180)
+        assert driver.returncode == 143, out[-3000:]
+        assert KEY not in out
+    finally:
+        fake.close()
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
