@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agensh_ray.agent.modelroute import (  # noqa: F401  (re-exported: where callers have always found them)
-    MIN_SECRET_LEN, SECRET_NAME, SECRETS_FILE_VAR, ModelRoute, read_secrets,
+    MIN_SECRET_LEN, SECRET_NAME, SECRETS_FILE_VAR, ModelRoute, cache_root, read_secrets, toml_string,
 )
 from agensh_ray.errors import HarnessError
 from agensh_ray.models import GatewayEndpoint
@@ -41,13 +41,6 @@ BASE_ENV = (
     "PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )
-def cache_root() -> Path:
-    """Caches shared by the workers of this machine: $AGENSH_CACHE_DIR, else <user cache>/agensh-ray."""
-    if d := os.environ.get("AGENSH_CACHE_DIR"):
-        return Path(d)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agensh-ray"
-
-
 @dataclass(frozen=True)
 class Harness:
     name: str
@@ -91,6 +84,8 @@ class Harness:
     OPENAI_BASE_URL; its ``openai_base_url`` key is taken from the route's URL variable)."""
     config: tuple[tuple[str, str], ...] = ()
     """Config overrides always given (key, TOML value): codex's credentials stay out of HOME and its shells."""
+    home_files: tuple[tuple[str, str], ...] = ()
+    """Files written into the worker's HOME before the CLI starts (path under HOME, text): its own settings."""
     mcp_headers: bool = False
     """The MCP server is given with the worker's token in an HTTP header, not in its URL (the CLI keeps the URL in
     its logs, and sends the headers ACP gives it)."""
@@ -166,6 +161,9 @@ class Harness:
             path.append(str(NODE_BIN))
         env["PATH"] = os.pathsep.join(dict.fromkeys(p for p in path if p))
         home.mkdir(parents=True, exist_ok=True)
+        for rel, text in self.home_files:
+            (home / rel).parent.mkdir(parents=True, exist_ok=True)
+            (home / rel).write_text(text)
         env["HOME"] = str(home)
         env["XDG_CONFIG_HOME"] = str(home / ".config")
         if self.shared_cache:
@@ -361,14 +359,11 @@ HARNESSES: dict[str, Harness] = {
         builtin_model="Google's Gemini API over HTTPS",
         model_vars=("GEMINI_MODEL",),
         default_model="gemini-2.5-pro",
+        # Its shell passes every variable on unless told to redact credentials (names with KEY, TOKEN, ...).
+        home_files=((".gemini/settings.json", '{"security": {"environmentVariableRedaction": {"enabled": true}}}\n'),),
         notes="needs --skip-trust or it silently disables MCP servers; --acp (0.61; older: --experimental-acp)",
     ),
 }
-
-
-def toml_string(value: str) -> str:
-    """`value` as a TOML basic string (a config override's value)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def gateway_decision(harness: str, setting: bool | None, secrets: dict[str, str] | None = None) -> tuple[bool, str]:

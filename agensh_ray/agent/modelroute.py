@@ -1,6 +1,6 @@
 """Where a CLI's credentials and model endpoint come from: the user's environment or the secrets file
 (``AGENSH_SECRETS_FILE``), which variable names hold credentials (their values never reach a log), and how
-the model gateway stands in for a CLI's endpoint (`ModelRoute`)."""
+the model gateway stands in for a CLI's endpoint (`ModelRoute`); where the CLIs' shared caches live."""
 
 from __future__ import annotations
 
@@ -76,3 +76,15 @@ class ModelRoute:
         if not any(src.get(v) for v in needs):
             return False, f"none of {', '.join(needs)} is set"
         return True, ""
+
+
+def cache_root() -> Path:
+    """Caches shared by the workers of this machine: $AGENSH_CACHE_DIR, else <user cache>/agensh-ray."""
+    if d := os.environ.get("AGENSH_CACHE_DIR"):
+        return Path(d)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agensh-ray"
+
+
+def toml_string(value: str) -> str:
+    """`value` as a TOML basic string (a config override's value)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
