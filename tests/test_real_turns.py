@@ -141,10 +141,11 @@ async def test_real_turn_gemini(services, tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(400)
-def test_driver_sigterm_mid_turn_leaves_no_agent_process(tmp_path):
-    """`python -m agensh_ray.run --harness codex` (through the model gateway, sandboxed), SIGTERM to the driver
-    while its agent waits for the model: within 10 s no agent process is left (codex-acp's npm launcher does not
-    forward signals; its native child goes with the process group)."""
+@pytest.mark.parametrize("sandbox", ["sandboxed", "no_sandbox"])
+def test_driver_sigterm_mid_turn_leaves_no_agent_process(sandbox, tmp_path):
+    """`python -m agensh_ray.run --harness codex` (through the model gateway), SIGTERM to the driver while its agent
+    waits for the model: within 10 s no agent process is left (codex-acp's npm launcher does not forward signals;
+    its native child goes with the process group, and in a sandbox with its PID namespace)."""
     import os
     import signal
     import subprocess
@@ -161,7 +162,7 @@ def test_driver_sigterm_mid_turn_leaves_no_agent_process(tmp_path):
     env.update(OPENAI_BASE_URL=url, OPENAI_API_KEY=KEY)
     driver = subprocess.Popen(
         [sys.executable, "-m", "agensh_ray.run", "--harness", "codex", "--model", MODEL, "--workers", "1",
-         "--run-dir", str(tmp_path), "--run-id", "sigterm"],
+         "--run-dir", str(tmp_path), "--run-id", "sigterm", *(["--no-sandbox"] if sandbox == "no_sandbox" else [])],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert fake.wait_held("hold", 240), "the agent never asked the model"
@@ -185,3 +186,32 @@ def test_driver_sigterm_mid_turn_leaves_no_agent_process(tmp_path):
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(30)
+
+
+async def test_a_codex_turn_whose_model_fails_is_a_model_error(services, tmp_path, monkeypatch):
+    """Without the gateway: the endpoint answers every call with 500; codex-acp gives up and answers the turn
+    with an error of its own. The worker counts a model error (the progress line and the summary show it)."""
+    from agensh_ray.fakes.faults import FaultSchedule
+
+    need("codex")
+    for var in get_harness("codex").env_keys:
+        monkeypatch.delenv(var, raising=False)
+    fake = FakeOpenAI(Script(workers={"*": [Turn(steps=[Step(say="never: the provider is down")])]}),
+                      faults=FaultSchedule(error_rate=1.0, error_status=500))
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.start())
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    run_dir = tmp_path / "run"
+    host = services.host(run_dir, WORKERS, harness="codex", model=MODEL)
+    await host.start()
+    w = host.workers["w001"]
+    try:
+        await host.launch("w001")
+        await await_for(lambda: w.turn >= 1 and not w.in_turn, 240, "the failing turn to end")
+        status = host.status()
+    finally:
+        await host.stop()
+        fake.close()
+    assert fake.requests and {r.status for r in fake.requests} == {500}
+    assert status["model_errors"] == 1 and status["turn_errors"] == 1, status
+    errors = [r["detail"] for r in table(run_dir, "lifecycle") if r["event"] == "turn_error"]
+    assert len(errors) == 1 and KEY not in errors[0]
