@@ -4,9 +4,10 @@ HTTP, the official `mcp` SDK).
 One server per WorkerActor serves all of its workers; a worker is identified
 by its URL path ``/w/<worker_id>/<token>/mcp`` (every ACP agent can be given a
 URL, not every one can be given headers), or by ``/w/<worker_id>/mcp`` and the
-token in a header (CLIs that keep the URL in their logs: Claude Code). Results are plain text, and pending
-urgent events for the caller (DMs, new board entries, FAILs) are appended to
-every result: that is how a message reaches an agent mid-turn.
+token in a header (CLIs that keep the URL in their logs: Claude Code). Results
+are plain text, and pending urgent events for the caller (DMs, new board
+entries, FAILs) are appended to every result: that is how a message reaches an
+agent mid-turn.
 """
 
 from __future__ import annotations

@@ -256,8 +256,8 @@ class ProcessSession(AcpSession):
         t0 = time.monotonic()
         await asyncio.to_thread(self.harness.prepare, self.host_env, start_once)
         self._process = AgentProcess(
-            self.harness.launch_argv(self.env, self.model), self.env, self.workdir, self.log_dir / f"{self.worker_id}.agent.stderr", self.redact,
-            sandbox=self.sandbox,
+            self.harness.launch_argv(self.env, self.model), self.env, self.workdir,
+            self.log_dir / f"{self.worker_id}.agent.stderr", self.redact, sandbox=self.sandbox,
         )
         if self.sandbox is not None:
             self.client.enter = self._process.enter

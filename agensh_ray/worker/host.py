@@ -35,6 +35,7 @@ from agensh_ray.agent.harness import Harness, get_harness
 from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.config import RunConfig
+from agensh_ray.errors import HarnessError
 from agensh_ray.models import BoardEntryIn, Delivery, GatewayEndpoint, now_us
 from agensh_ray.routing import HIGH, HostInbox, TurnClock
 from agensh_ray.seams import AgentSession
@@ -75,9 +76,11 @@ class WorkerHost:
         """When the run's schedule started (wall clock); the driver moves it once every host is up."""
         self.task_root = task_root
         self.harness: Harness = get_harness(cfg.harness)
-        self.model: str | None = cfg.model if cfg.model or self.harness.name == "sim" else \
-            self.harness.choose_model(None)
-        """The model its agents use (in the `turns` trace)."""
+        try:
+            self.model: str | None = cfg.model or self.harness.choose_model(None)
+            """The model its agents use (in the `turns` trace); the driver resolved it (RunConfig.model)."""
+        except HarnessError:  # an unreadable secrets file: the agents' start says so
+            self.model = None
         self.trace = TraceWriter(self.run_dir, f"host-{host_id}", run_id)
         self.inbox = HostInbox(worker_ids)
         self.workers: dict[str, Worker] = {}
