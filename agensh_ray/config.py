@@ -195,6 +195,9 @@ class RunConfig(BaseModel):
     """A bundled task name (see tasks/) or a path to a task directory."""
     harness: str = "sim"
     """Agent CLI behind ACP: sim, copilot, claude, codex, gemini or cmd:<command line>."""
+    model: str | None = None
+    """The model every agent uses (--model; else the harness's model variable, else its default: Harness.choose_model;
+    None for the sim and cmd: agents, which take none)."""
     minutes: float = 240.0
     """Run length in schedule minutes (the deadline)."""
     time_scale: float = 1.0

@@ -79,6 +79,10 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         default="sim",
         help="agent CLI behind ACP: sim, copilot, claude, codex, gemini, or cmd:<command line> for any ACP agent",
     )
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help="the model every agent asks for (default: the harness's model variable, e.g. COPILOT_MODEL, "
+                   "else its default: copilot gpt-4.1, claude claude-sonnet-4-5, codex gpt-5-codex, gemini "
+                   "gemini-2.5-pro; docs/real-agents.md says how each CLI is told)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=positive, help="run length in schedule minutes (default 240)")
     length.add_argument("--hours", type=positive, help="run length in schedule hours")
@@ -162,7 +166,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     time_scale = a.time_scale if a.time_scale is not None else (DEMO_TIME_SCALE if a.harness == "sim" else 1.0)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        get_harness(a.harness)
+        model = get_harness(a.harness).choose_model(a.model)
         gateway = gateway_config(a)
         cfg = RunConfig(
             workers=a.workers if a.workers is not None else (1 if a.baseline else 8),
@@ -170,6 +174,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             baseline_idle_turns=a.baseline_idle_turns,
             task=a.task,
             harness=a.harness,
+            model=model,
             minutes=minutes,
             time_scale=time_scale,
             run_dir=a.run_dir,

@@ -3,9 +3,11 @@ HTTP, the official `mcp` SDK).
 
 One server per WorkerActor serves all of its workers; a worker is identified
 by its URL path ``/w/<worker_id>/<token>/mcp`` (every ACP agent can be given a
-URL, not every one can be given headers). Results are plain text, and pending
-urgent events for the caller (DMs, new board entries, FAILs) are appended to
-every result: that is how a message reaches an agent mid-turn.
+URL, not every one can be given headers), or by ``/w/<worker_id>/mcp`` and the
+token in a header (CLIs that keep the URL in their logs: Claude Code). Results
+are plain text, and pending urgent events for the caller (DMs, new board
+entries, FAILs) are appended to every result: that is how a message reaches an
+agent mid-turn.
 """
 
 from __future__ import annotations
@@ -174,10 +176,16 @@ def _worker_of(ctx: Context) -> str:
     return worker
 
 
+TOKEN_HEADER = "authorization"
+"""The header that carries a worker's token (``Bearer <token>``) when its URL does not (``/w/<worker>/mcp``): the
+standard one, which Claude Code keeps out of its MCP logs ("[REDACTED]")."""
+
+
 class ToolServer:
     """Serves the infra tools on loopback inside the host's event loop.
 
-    URL of a worker: ``http://127.0.0.1:<port>/w/<worker>/<token>/mcp``. A path
+    URL of a worker: ``http://127.0.0.1:<port>/w/<worker>/<token>/mcp``, or
+    ``/w/<worker>/mcp`` with ``Authorization: Bearer <token>``. A path
     with an unknown worker or a wrong token gets 404.
     """
 
@@ -194,8 +202,12 @@ class ToolServer:
     async def _app(self, scope, receive, send):
         if scope["type"] == "http":
             parts = scope["path"].split("/")
-            # ['', 'w', worker, token, 'mcp', ...]
-            if len(parts) < 5 or parts[1] != "w" or not self.infra.check_token(parts[2], parts[3]):
+            # ['', 'w', worker, token, 'mcp', ...], or ['', 'w', worker, 'mcp', ...] with the token in a header
+            if len(parts) >= 4 and parts[3] == "mcp":
+                value = dict(scope.get("headers") or []).get(TOKEN_HEADER.encode(), b"").decode("latin-1")
+                token = value[7:].strip() if value[:7].lower() == "bearer " else ""
+                parts.insert(3, token if token.isascii() else "")
+            if len(parts) < 5 or parts[1] != "w" or not parts[3] or not self.infra.check_token(parts[2], parts[3]):
                 await _not_found(send)
                 return
             self.hits[parts[2]] = self.hits.get(parts[2], 0) + 1

@@ -47,10 +47,11 @@ def run_cost(r: RunAnswers) -> dict:
     return next((c for c in r.answers["cost"].dicts() if c["level"] == "run"), {})
 
 
-def cost_text(c: dict) -> str:
-    """Cost as shown: one money format; a mark when it is not priced tokens (see cost_notes)."""
+def cost_text(c: dict, harness: str | None = "sim") -> str:
+    """Cost as shown: one money format; a mark when it is not priced tokens (see cost_notes). A real agent's run
+    with no usage recorded (Claude Code and Codex report none) cost something: "unknown", never $0."""
     if c.get("cost_basis") in (None, "none"):
-        return "none recorded"
+        return "none recorded" if harness == "sim" else "unknown"
     return money(c.get("cost_usd")) + BASIS_MARK.get(c["cost_basis"], "")
 
 
@@ -68,7 +69,9 @@ def cost_notes(doc: Doc, runs: list[RunAnswers]) -> None:
         doc.p(f"‡ Partly agent-reported: some of the calls of {', '.join(by_basis['mixed'])} have no price row.",
               note=True)
     if "none" in by_basis:
-        doc.p(f"No token usage was recorded for {', '.join(by_basis['none'])} (the sim agent reports none).", note=True)
+        doc.p(f"No token usage was recorded for {', '.join(by_basis['none'])} (the sim agent reports none; Claude "
+              "Code and Codex report none either: their cost is unknown unless they ran through the model gateway).",
+              note=True)
 
 
 def summary(doc: Doc, runs: list[RunAnswers]) -> None:
@@ -83,7 +86,7 @@ def summary(doc: Doc, runs: list[RunAnswers]) -> None:
         per_pr = c.get("cost_per_merged_pr")
         rows.append([r.label, fmt(r.run["harness"]), fmt(r.run["workers"]), duration(r.run["duration_s"]),
                      pct(final["final_pass_rate"]), *[duration(reached.get(x)) for x in ms], fmt(m["opened"]),
-                     fmt(m["merged"]), fmt(m["merge_conflicts"]), cost_text(c),
+                     fmt(m["merged"]), fmt(m["merge_conflicts"]), cost_text(c, r.run.get("harness")),
                      "–" if per_pr is None or c.get("cost_basis") == "none"
                      else money(per_pr) + BASIS_MARK.get(c["cost_basis"], "")])
     doc.table(cols, rows, kinds)

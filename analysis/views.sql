@@ -57,8 +57,8 @@ UNION ALL
 (SELECT DISTINCT ON (event_id) * FROM forge_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
 CREATE OR REPLACE VIEW turns_rows AS
-SELECT run_id, ts, worker_id, event_id, schema_version, turn, phase, trigger, stop_reason, duration_ms FROM (
-    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS turn, CAST(NULL AS VARCHAR) AS phase, CAST(NULL AS VARCHAR) AS trigger, CAST(NULL AS VARCHAR) AS stop_reason, CAST(NULL AS DOUBLE) AS duration_ms WHERE false
+SELECT run_id, ts, worker_id, event_id, schema_version, turn, phase, trigger, stop_reason, duration_ms, model FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS turn, CAST(NULL AS VARCHAR) AS phase, CAST(NULL AS VARCHAR) AS trigger, CAST(NULL AS VARCHAR) AS stop_reason, CAST(NULL AS DOUBLE) AS duration_ms, CAST(NULL AS VARCHAR) AS model WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/turns/*.parquet', union_by_name = true)
 );

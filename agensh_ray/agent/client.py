@@ -5,7 +5,8 @@ session/update notifications the session turns into observer calls.
 Permission requests and terminal commands go through the worker's
 `PermissionPolicy` (policy.py); a terminal command that passes runs inside
 the agent's sandbox when it has one (`enter`, see sandbox.py), so it sees
-what the agent sees. A refusal's reason is in the error the agent gets
+what the agent sees, with the agent's environment minus its credential
+variables. A refusal's reason is in the error the agent gets
 (terminal/create, fs/*) or, for a permission request, which ACP answers only
 with the option chosen, handed to the observer (the host queues it for the
 agent's next tool result).
@@ -48,6 +49,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from agensh_ray.agent.modelroute import SECRET_NAME
 from agensh_ray.agent.policy import PermissionPolicy, refusal
 from agensh_ray.agent.process import kill_group
 from agensh_ray.task.reference import ExecuteOnlyError, execute_only, read_text
@@ -279,7 +281,8 @@ class WorkdirClient(NoExtensions):
     # -- terminals ------------------------------------------------------------------
     async def create_terminal(self, command, session_id, args=None, cwd=None, env=None, output_byte_limit=None, **kw):
         workdir = self._confine(cwd, "terminal/create in") if cwd else self.workdir
-        merged = dict(self.env)
+        # The agent's environment without its credentials: a command (and whatever it prints) needs none.
+        merged = {k: v for k, v in self.env.items() if not SECRET_NAME.search(k)}
         for var in env or []:
             merged[var.name] = var.value
         argv = [command, *(args or [])]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -29,6 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agensh_ray.agent.modelroute import (  # noqa: F401  (re-exported: where callers have always found them)
+    MIN_SECRET_LEN, SECRET_NAME, SECRETS_FILE_VAR, ModelRoute, cache_root, read_secrets, toml_string,
+)
 from agensh_ray.errors import HarnessError
 from agensh_ray.models import GatewayEndpoint
 from agensh_ray.paths import NODE_BIN
@@ -39,78 +41,6 @@ BASE_ENV = (
     "PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )
-SECRETS_FILE_VAR = "AGENSH_SECRETS_FILE"
-
-SECRET_NAME = re.compile(r"(?:^|_)(?:KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIALS?|HEADERS)(?:_|$)", re.IGNORECASE)
-"""Variable names whose values are credentials (API_KEY, AUTH_TOKEN, ..., not GIT_AUTHOR_NAME)."""
-MIN_SECRET_LEN = 6
-
-
-def cache_root() -> Path:
-    """Caches shared by the workers of this machine: $AGENSH_CACHE_DIR, else <user cache>/agensh-ray."""
-    if d := os.environ.get("AGENSH_CACHE_DIR"):
-        return Path(d)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agensh-ray"
-
-
-def read_secrets(path: str | Path | None = None) -> dict[str, str]:
-    """The secrets file (`path`, else $AGENSH_SECRETS_FILE), as a dict; {} if there is none."""
-    path = path or os.environ.get(SECRETS_FILE_VAR)
-    if not path:
-        return {}
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise HarnessError(f"secrets file {p} ({SECRETS_FILE_VAR}) does not exist")
-    out: dict[str, str] = {}
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[7:].lstrip()
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip().isidentifier():
-            raise HarnessError(f"{p}:{n}: expected KEY=VALUE")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        out[key.strip()] = value
-    return out
-
-
-@dataclass(frozen=True)
-class ModelRoute:
-    """How a CLI reaches its model, so that the model gateway can stand in for the endpoint: the agent gets
-    the gateway's URL and a virtual key in `url_var` / `key_var`, and the gateway reads the real endpoint
-    and credential from the same variables (services/gateway/upstream.py)."""
-
-    provider: str
-    """The gateway route: openai | anthropic | gemini."""
-    url_var: str
-    key_var: str
-    default_url: str
-    """The provider's public endpoint, when the user names none."""
-    key_vars: tuple[tuple[str, str], ...]
-    """The user's credential variables (first set wins) and how each is sent: bearer | x-api-key | x-goog-api-key."""
-    needs: tuple[str, ...] = ()
-    """Variables of which one must be set for the gateway to apply (default: `url_var` or a key variable)."""
-    excludes: tuple[str, ...] = ()
-    """Variables that take the CLI to another kind of service (Bedrock, Vertex, Azure): set to anything but
-    0, false or the route's provider, the gateway is off."""
-    agent_env: tuple[tuple[str, str], ...] = ()
-    """Variables the agent gets when it goes through the gateway (e.g. Copilot's offline switch)."""
-
-    def applies(self, src: dict[str, str]) -> tuple[bool, str]:
-        """Whether the gateway can stand in for this CLI's endpoint as configured in `src`, and why not."""
-        for var in self.excludes:
-            if src.get(var) and src.get(var).lower() not in ("0", "false", self.provider):
-                return False, f"{var} is set: the CLI talks to another service than a {self.provider} endpoint"
-        needs = self.needs or (self.url_var, *(v for v, _ in self.key_vars))
-        if not any(src.get(v) for v in needs):
-            return False, f"none of {', '.join(needs)} is set"
-        return True, ""
-
-
 @dataclass(frozen=True)
 class Harness:
     name: str
@@ -141,6 +71,24 @@ class Harness:
     """How its model is reached, for the model gateway (None: the gateway cannot stand in)."""
     builtin_model: str = ""
     """The endpoint the CLI talks to when its model route's URL variable is not set ("" if it needs no model)."""
+    model_vars: tuple[str, ...] = ()
+    """Variables the chosen model is set in (the first one, set by the user, is also where it is read from)."""
+    default_model: str = ""
+    """The model when neither --model nor the user's model variable names one ("" : the CLI needs none)."""
+    config_flag: str = ""
+    """The CLI's option for a config override (codex-acp: ``-c key=value``, the value read as TOML)."""
+    model_key: str = ""
+    """Config key of the model, for a CLI that reads it from no variable (codex-acp: ``model``)."""
+    url_key: str = ""
+    """Config key of the model endpoint's URL, for a CLI that ignores its URL variable (codex-acp 0.16 reads no
+    OPENAI_BASE_URL; its ``openai_base_url`` key is taken from the route's URL variable)."""
+    config: tuple[tuple[str, str], ...] = ()
+    """Config overrides always given (key, TOML value): codex's credentials stay out of HOME and its shells."""
+    home_files: tuple[tuple[str, str], ...] = ()
+    """Files written into the worker's HOME before the CLI starts (path under HOME, text): its own settings."""
+    mcp_headers: bool = False
+    """The MCP server is given with the worker's token in an HTTP header, not in its URL (the CLI keeps the URL in
+    its logs, and sends the headers ACP gives it)."""
     notes: str = ""
 
     def argv(self) -> list[str]:
@@ -152,8 +100,37 @@ class Harness:
             raise HarnessError(f"harness '{self.name}': '{exe}' not found on PATH. {self.install_hint}".strip())
         return [found, *self.command[1:]]
 
+    def launch_argv(self, env: dict[str, str], model: str | None = None) -> list[str]:
+        """`argv()` plus the config overrides this CLI needs: its model and, read from its URL variable in
+        `env` (as the agent sees it), its endpoint."""
+        out = self.argv()
+        if not self.config_flag:
+            return out
+        pairs = list(self.config)
+        if self.model_key and model:
+            pairs.append((self.model_key, toml_string(model)))
+        url = env.get(self.model_route.url_var) if self.model_route and self.url_key else None
+        if url:
+            pairs.append((self.url_key, toml_string(url)))
+        for key, value in pairs:
+            out += [self.config_flag, f"{key}={value}"]
+        return out
+
+    def choose_model(self, requested: str | None, secrets: dict[str, str] | None = None) -> str | None:
+        """The model the agents use: `requested` (--model), else the user's first model variable, else the
+        harness's default; None for a CLI that takes no model (sim, cmd:). Reads nothing for those."""
+        if not (self.model_vars or self.model_key):
+            return requested or None
+        if requested:
+            return requested
+        if self.model_vars:
+            src = {**os.environ, **(read_secrets() if secrets is None else secrets)}
+            if src.get(self.model_vars[0]):
+                return src[self.model_vars[0]]
+        return self.default_model or None
+
     def environment(self, home: Path, extra: dict[str, str], secrets: dict[str, str] | None = None,
-                    gateway: GatewayEndpoint | None = None) -> dict[str, str]:
+                    gateway: GatewayEndpoint | None = None, model: str | None = None) -> dict[str, str]:
         """The sealed environment: base whitelist + this CLI's keys + its own HOME/config dir.
 
         The interpreter's directory leads PATH, so the agent's `python3` is the one that built the
@@ -177,11 +154,16 @@ class Harness:
             env.update(route.agent_env)
             env[route.url_var] = gateway.url
             env[route.key_var] = gateway.key
+        if model:
+            env.update(dict.fromkeys(self.model_vars, model))
         path = [str(Path(sys.executable).parent), *env.get("PATH", os.defpath).split(os.pathsep)]
         if NODE_BIN.is_dir():
             path.append(str(NODE_BIN))
         env["PATH"] = os.pathsep.join(dict.fromkeys(p for p in path if p))
         home.mkdir(parents=True, exist_ok=True)
+        for rel, text in self.home_files:
+            (home / rel).parent.mkdir(parents=True, exist_ok=True)
+            (home / rel).write_text(text)
         env["HOME"] = str(home)
         env["XDG_CONFIG_HOME"] = str(home / ".config")
         if self.shared_cache:
@@ -297,6 +279,8 @@ HARNESSES: dict[str, Harness] = {
             agent_env=(("COPILOT_OFFLINE", "true"),),
         ),
         builtin_model="GitHub Copilot's API over HTTPS",
+        model_vars=("COPILOT_MODEL",),
+        default_model="gpt-4.1",
         notes="accepts only HTTP/SSE MCP servers; chooses permission options by kind; offline with COPILOT_OFFLINE",
     ),
     "claude": Harness(
@@ -320,6 +304,12 @@ HARNESSES: dict[str, Harness] = {
             excludes=("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"),
         ),
         builtin_model="Anthropic's API over HTTPS",
+        # Claude Code asks for its default model whatever ANTHROPIC_MODEL says: the model goes into each of its
+        # model slots, so every request (side questions included) names the chosen model.
+        model_vars=("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
+                    "ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_SMALL_FAST_MODEL"),
+        default_model="claude-sonnet-4-5",
+        mcp_headers=True,
         notes="sends tool_call twice (upsert); edits files and runs shells through fs/* and terminal/*",
     ),
     "codex": Harness(
@@ -330,14 +320,24 @@ HARNESSES: dict[str, Harness] = {
         auth=(("codex-api-key", "CODEX_API_KEY"), ("openai-api-key", "OPENAI_API_KEY")),
         credentials_hint="set OPENAI_API_KEY or CODEX_API_KEY",
         install_hint="Install it with: npm install -g @zed-industries/codex-acp",
-        # codex-acp 0.16 does not read OPENAI_BASE_URL (it needs -c openai_base_url=...): through the gateway
-        # it gets only the virtual key, so its calls fail instead of reaching a provider with a real one.
+        # codex-acp 0.16 reads neither OPENAI_BASE_URL nor a model variable: both are config overrides.
         model_route=ModelRoute(
             provider="openai", url_var="OPENAI_BASE_URL", key_var="OPENAI_API_KEY",
             default_url="https://api.openai.com/v1",
             key_vars=(("OPENAI_API_KEY", "bearer"), ("CODEX_API_KEY", "bearer")),
         ),
         builtin_model="OpenAI's API over HTTPS",
+        default_model="gpt-5-codex",
+        config_flag="-c",
+        model_key="model",
+        url_key="openai_base_url",
+        # The key stays in memory (not HOME/.codex/auth.json), no shell snapshots, and its shells drop the
+        # variables named *KEY*, *SECRET*, *TOKEN* (Codex's default excludes, which it skips unless told not to).
+        # Its own sandbox is off (ours confines it; its default, read-only, would refuse every edit) and it asks
+        # before commands, so our permission policy judges them.
+        config=(("cli_auth_credentials_store", '"ephemeral"'), ("shell_environment_policy.ignore_default_excludes",
+                                                                "false"), ("features.shell_snapshot", "false"),
+                ("sandbox_mode", '"danger-full-access"'), ("approval_policy", '"untrusted"')),
         notes="takes HTTP MCP only; authenticates with an env-var method",
     ),
     "gemini": Harness(
@@ -357,6 +357,10 @@ HARNESSES: dict[str, Harness] = {
             excludes=("GOOGLE_GENAI_USE_VERTEXAI",),
         ),
         builtin_model="Google's Gemini API over HTTPS",
+        model_vars=("GEMINI_MODEL",),
+        default_model="gemini-2.5-pro",
+        # Its shell passes every variable on unless told to redact credentials (names with KEY, TOKEN, ...).
+        home_files=((".gemini/settings.json", '{"security": {"environmentVariableRedaction": {"enabled": true}}}\n'),),
         notes="needs --skip-trust or it silently disables MCP servers; --acp (0.61; older: --experimental-acp)",
     ),
 }

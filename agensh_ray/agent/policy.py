@@ -42,7 +42,7 @@ PROGRAMS = frozenset([
     "exec", "exit", "export", "expr", "false", "fgrep", "file", "find", "fmt", "fold", "for", "gawk", "getconf",
     "git", "grep", "gunzip", "gzip", "head", "hexdump", "id", "install", "jobs", "join", "jq", "kill", "less", "ln",
     "local", "ls", "make", "md5sum", "mkdir", "mktemp", "more", "mv", "nice", "nl", "nohup", "node", "npm", "npx",
-    "od", "paste", "patch", "printf", "ps", "pwd", "pytest", "python", "read", "readlink", "realpath", "return",
+    "od", "paste", "patch", "printenv", "printf", "ps", "pwd", "pytest", "python", "read", "readlink", "realpath", "return",
     "rev", "rg", "rm", "rmdir", "sed", "seq", "set", "sh", "sha1sum", "sha256sum", "shift", "shuf", "sleep", "sort",
     "source", "split", "stat", "stdbuf", "strings", "tac", "tail", "tar", "tee", "test", "time", "timeout", "touch",
     "tr", "tree", "true", "type", "uname", "uniq", "unset", "unzip", "wait", "wc", "which", "xargs", "xxd", "yes",

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import acp
 from acp import RequestError
-from acp.schema import HttpMcpServer
+from acp.schema import HttpHeader, HttpMcpServer
 
 from agensh_ray.agent.client import SessionObserver, TurnUsage, WorkdirClient, initialize
 from agensh_ray.agent.harness import Harness
@@ -116,7 +116,13 @@ class AcpSession:
         return text
 
     def _mcp_servers(self) -> list[HttpMcpServer]:
-        return [HttpMcpServer(name="agensh", url=self.mcp_url, headers=[], type="http")]
+        """Our MCP server; for a CLI that sends ACP's headers, the worker's token travels in one (tools.py)."""
+        url, headers = self.mcp_url, []
+        if self.harness.mcp_headers and "/w/" in url:
+            head, token, tail = url.rstrip("/").rsplit("/", 2)
+            url = f"{head}/{tail}"
+            headers = [HttpHeader(name="Authorization", value=f"Bearer {token}")]
+        return [HttpMcpServer(name="agensh", url=url, headers=headers, type="http")]
 
     def _stderr_tail(self, n: int = 500) -> str:
         return self.process.stderr_tail(n).strip() if self.process else ""
@@ -205,9 +211,12 @@ class ProcessSession(AcpSession):
         secrets: dict[str, str] | None = None,
         gateway: GatewayEndpoint | None = None,
         sandbox: SandboxPolicy | None = None,
+        model: str | None = None,
     ):
+        self.model = model
+        """The model the agent is told to use (None: the CLI's own choice)."""
         self.host_env = harness.environment(home=home, extra=extra_env or {}, secrets=secrets,
-                                            gateway=gateway)
+                                            gateway=gateway, model=model)
         """The agent's environment as the host sees it (before the sandbox's rewrites)."""
         super().__init__(harness, worker_id, workdir, mcp_url, observer, self.host_env, sandbox)
         self.home = home
@@ -247,8 +256,8 @@ class ProcessSession(AcpSession):
         t0 = time.monotonic()
         await asyncio.to_thread(self.harness.prepare, self.host_env, start_once)
         self._process = AgentProcess(
-            self.harness.argv(), self.env, self.workdir, self.log_dir / f"{self.worker_id}.agent.stderr", self.redact,
-            sandbox=self.sandbox,
+            self.harness.launch_argv(self.env, self.model), self.env, self.workdir,
+            self.log_dir / f"{self.worker_id}.agent.stderr", self.redact, sandbox=self.sandbox,
         )
         if self.sandbox is not None:
             self.client.enter = self._process.enter

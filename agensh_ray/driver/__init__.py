@@ -208,6 +208,7 @@ class Run(Health, Ending):
                 st = self._status()
                 self.say(self._progress(st))
                 self._turn_errors = st.get("turn_errors", 0)
+                self._last_status = st
                 next_progress = now + 5.0
                 if self.gateways is not None and (why := self.gateways.signal()):
                     self.say(f"{why}: stopping as at the deadline")
@@ -320,6 +321,8 @@ class Run(Health, Ending):
             "dms": sum(m.to is not None for m in msgs),
             "channel_posts": sum(m.to is None for m in msgs),
             "turn_errors": getattr(self, "_turn_errors", 0),
+            "model_errors": getattr(self, "_last_status", {}).get("model_errors", 0),
+            "model": self.cfg.model,
             "actors_restarted": self.watch.restarts,
             **self._model_summary(),
             "score": res.score,
@@ -330,14 +333,6 @@ class Run(Health, Ending):
             "checkpoints": self.checkpoints.seq,
             "run_dir": str(self.run_dir),
         }
-
-    def _model_summary(self) -> dict:
-        """What the model gateway counted (nothing without one)."""
-        if self.gateways is None:
-            return {}
-        g = self.gateways.status()
-        return {"model_calls": g.get("calls", 0), "model_retries": g.get("retries", 0),
-                "model_tokens": g.get("tokens", 0), "model_cost_usd": round(g.get("usd", 0.0), 6)}
 
     def _print_summary(self, s: dict) -> None:
         (self.run_dir / "summary.json").write_text(json.dumps(s, indent=2))
@@ -351,6 +346,13 @@ class Run(Health, Ending):
             f"  messages       {s['dms']} DMs, {s['channel_posts']} channel posts",
             *([f"  model calls    {s['model_calls']} through the gateway ({s['model_retries']} retried), "
                f"{s['model_tokens']:,} tokens, ${s['model_cost_usd']:.4f}"] if "model_calls" in s else []),
+            *([f"  model cost     unknown: {s['turns_without_usage']} turns reported no usage, "
+               f"{s['model_tokens_reported']:,} tokens reported, no price (the gateway counts and prices every call: "
+               "docs/real-agents.md)" if s["model_cost_usd"] is None else
+               f"  model cost     ${s['model_cost_usd']:.4f} as the agents reported it, "
+               f"{s['model_tokens_reported']:,} tokens"] if "turns_without_usage" in s else []),
+            *([f"  model          {s['model']}: {s['model_errors']} turns ended on a failing model, "
+               f"{s['turn_errors']} turn errors in all"] if s.get("model") or s.get("model_errors") else []),
             f"  score          {s['score']:.1%} of hidden tests ({s['tests_passed']}/{s['tests_total']}), ProgramBench's "
             f"score; {s.get('checkpoints', 0)} checkpoints in checkpoints/",
             f"  run folder     {s['run_dir']}",

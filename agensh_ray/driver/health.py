@@ -17,6 +17,16 @@ from agensh_ray.trace import LifecycleRow
 log = logging.getLogger("agensh.run")
 
 
+def reported_cost(st: dict) -> float | None:
+    """The run's cost as its agents reported it, from the hosts' counters; None (unknown) unless every finished
+    turn reported its usage (Claude Code and Codex report none: a sum of what others said would read as the
+    whole cost) and a cost came with the tokens (Copilot CLI reports tokens only)."""
+    if not st.get("turns_finished") or st.get("usage_turns", 0) < st.get("turns_finished", 0):
+        return None
+    cost = float(st.get("reported_cost_usd", 0.0))
+    return None if cost == 0 and st.get("reported_tokens") else cost  # tokens but no price (Copilot CLI)
+
+
 class Health:
     def _status(self) -> dict:
         """The hosts' counters summed. Never blocks on a host that is away (its last answer counts) and
@@ -102,11 +112,29 @@ class Health:
             g = self.gateways.status()
             model = (f" | model {g.get('calls', 0)} calls, {g.get('retries', 0)} retried, "
                      f"{g.get('gave_up', 0) + g.get('cut', 0) + g.get('error', 0)} failed, ${g.get('usd', 0):.2f}")
+        elif self.cfg.harness != "sim" and st.get("turns_finished"):
+            cost = reported_cost(st)
+            model = " | cost " + ("unknown (the agents report no cost)" if cost is None else f"${cost:.2f}")
         return (
             f"workers {st.get('launched', 0)}/{len(self.workers)} up, {st.get('in_turn', 0)} in a turn, "
-            f"{st.get('idle', 0)} idle, {st.get('crashed', 0)} crashed, {st.get('turn_errors', 0)} turn errors"
+            f"{st.get('idle', 0)} idle, {st.get('crashed', 0)} crashed, {st.get('turn_errors', 0)} turn errors, "
+            f"{st.get('model_errors', 0)} model errors"
             + (f", {st['budget_stopped']} stopped at budget" if st.get("budget_stopped") else "")
             + f" | board {self._board_total} ({board or 'empty'}) | "
             f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}{model}{actors}"
         )
 
+    def _model_summary(self) -> dict:
+        """What the model gateway counted; without one, what the agents reported: their cost is unknown (None)
+        unless every turn reported its usage (nothing for the sim)."""
+        if self.gateways is None:
+            if self.cfg.harness == "sim":
+                return {}
+            st = getattr(self, "_last_status", {})
+            cost = reported_cost(st)
+            return {"model_tokens_reported": st.get("reported_tokens", 0),
+                    "model_cost_usd": None if cost is None else round(cost, 6),
+                    "turns_without_usage": st.get("turns_finished", 0) - st.get("usage_turns", 0)}
+        g = self.gateways.status()
+        return {"model_calls": g.get("calls", 0), "model_retries": g.get("retries", 0),
+                "model_tokens": g.get("tokens", 0), "model_cost_usd": round(g.get("usd", 0.0), 6)}

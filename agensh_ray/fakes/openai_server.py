@@ -1,9 +1,11 @@
 """A deterministic stand-in for an OpenAI-compatible chat-completions
 endpoint (what Copilot CLI talks to with ``COPILOT_PROVIDER_BASE_URL``, and
-what vLLM, Ollama or a gateway would serve in production).
+what vLLM, Ollama or a gateway would serve in production), and for the
+Responses API (what Codex talks to; responses.py).
 
 ``POST /v1/chat/completions`` (streaming with ``stream_options.include_usage``
-and non-streaming) answers from a `Script`; ``GET /v1/models`` lists the model.
+and non-streaming) and ``POST /v1/responses`` answer from a `Script`;
+``GET /v1/models`` lists the model.
 Every request is recorded, so a test can assert what the agent sent back
 (e.g. that a DM reached the model inside a tool result).
 
@@ -18,6 +20,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from agensh_ray.fakes import responses
 from agensh_ray.fakes.endpoint import FakeEndpoint, Recorded, run_cli
 from agensh_ray.fakes.replies import estimate_tokens, send_json
 from agensh_ray.fakes.faults import split_text
@@ -44,7 +47,7 @@ class FakeOpenAI(FakeEndpoint):
     call_prefix = "call"
 
     def handles(self, path: str) -> bool:
-        return path.rstrip("/").endswith("/chat/completions")
+        return path.rstrip("/").endswith(("/chat/completions", "/responses"))
 
     def handle_get(self, h: BaseHTTPRequestHandler) -> None:
         if h.path.rstrip("/").endswith("/models"):
@@ -54,6 +57,8 @@ class FakeOpenAI(FakeEndpoint):
             super().handle_get(h)
 
     def conversation(self, body: dict[str, Any]) -> list[Message]:
+        if "input" in body and "messages" not in body:
+            return responses.conversation(body)
         out: list[Message] = []
         for m in body.get("messages", []):
             role = m.get("role")
@@ -76,6 +81,8 @@ class FakeOpenAI(FakeEndpoint):
         return out
 
     def tools(self, body: dict[str, Any]) -> list[str]:
+        if "input" in body and "messages" not in body:
+            return responses.tools(body)
         return [t.get("function", {}).get("name", "") for t in body.get("tools") or []]
 
     def error(self, h: BaseHTTPRequestHandler, status: int, message: str, retry_after: float | None,
@@ -94,6 +101,9 @@ class FakeOpenAI(FakeEndpoint):
         h.wfile.write(data)
 
     def respond(self, h: BaseHTTPRequestHandler, body: dict[str, Any], reply: Reply, rec: Recorded) -> None:
+        if "input" in body and "messages" not in body:
+            rec.usage = responses.respond(h, body, reply, self.stream, self.pieces, MODEL)
+            return
         model = body.get("model") or MODEL
         created = int(time.time())
         cid = f"chatcmpl-{reply.worker or 'x'}-{reply.turn}-{reply.step}"

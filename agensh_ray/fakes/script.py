@@ -39,6 +39,7 @@ CWD_RES = (
     re.compile(r"Current working directory:\s*(\S+)"),
     re.compile(r"Working directory:\s*(\S+)"),
     re.compile(r"<cwd>\s*(\S+?)\s*</cwd>"),
+    re.compile(r"Workspace Directories:\*\*\s*-\s*(\S+)"),  # Gemini CLI
 )
 PR_RE = re.compile(r"PR #(\d+)")
 OPENED_RE = re.compile(r"opened: PR #(\d+)")

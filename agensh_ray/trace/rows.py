@@ -19,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agensh_ray.models import now_us
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there).
-3: the llm_calls and test_results tables added (older runs have none); scores gains the checkpoint's schedule time, not_run, error_code and eval_json (ProgramBench scoring)."""
+3: the llm_calls and test_results tables added (older runs have none); scores gains the checkpoint's schedule time, not_run, error_code and eval_json (ProgramBench scoring).
+4: turns.model, the model the agent was told to use (older files read with null there)."""
 
 
 class TraceRow(BaseModel):
@@ -108,6 +109,9 @@ class TurnRow(TraceRow):
     """ACP stop reason on end (end_turn, max_tokens, cancelled, refusal, ...) or error."""
     duration_ms: float | None = None
     """Turn length (end rows only)."""
+    model: str | None = None
+    """The model the agent was told to use (--model, the harness's model variable or its default); null for the sim
+    and cmd: agents, and in files older than schema 4."""
 
 
 class ToolCallRow(TraceRow):

@@ -35,6 +35,7 @@ from agensh_ray.agent.harness import Harness, get_harness
 from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.config import RunConfig
+from agensh_ray.errors import HarnessError
 from agensh_ray.models import BoardEntryIn, Delivery, GatewayEndpoint, now_us
 from agensh_ray.routing import HIGH, HostInbox, TurnClock
 from agensh_ray.seams import AgentSession
@@ -75,6 +76,11 @@ class WorkerHost:
         """When the run's schedule started (wall clock); the driver moves it once every host is up."""
         self.task_root = task_root
         self.harness: Harness = get_harness(cfg.harness)
+        try:
+            self.model: str | None = cfg.model or self.harness.choose_model(None)
+            """The model its agents use (in the `turns` trace); the driver resolved it (RunConfig.model)."""
+        except HarnessError:  # an unreadable secrets file: the agents' start says so
+            self.model = None
         self.trace = TraceWriter(self.run_dir, f"host-{host_id}", run_id)
         self.inbox = HostInbox(worker_ids)
         self.workers: dict[str, Worker] = {}
@@ -165,7 +171,8 @@ class WorkerHost:
                                     run_dir=self.run_dir, task_root=self.task_root, hostname=w.id)
             self._note_network(policy)
             session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer, extra_env=extra,
-                                     log_dir=self.run_dir / "logs", gateway=gateway, sandbox=policy)
+                                     log_dir=self.run_dir / "logs", gateway=gateway, sandbox=policy,
+                                     model=self.model)
         w.session = session
         await session.start()
         return session
@@ -266,6 +273,11 @@ class WorkerHost:
             "stopped": sum(w.stopped for w in ws),
             "crashed": sum(w.crashed for w in ws),
             "turn_errors": sum(w.turn_errors for w in ws),
+            "model_errors": sum(w.model_errors for w in ws),
+            "usage_turns": sum(w.usage_turns for w in ws),
+            "turns_finished": sum(w.turns_finished for w in ws),
+            "reported_tokens": sum(w.tokens for w in ws),
+            "reported_cost_usd": sum(w.cost_usd for w in ws),
             "backing_off": sum(w.backing_off() for w in ws),
             "budget_stopped": sum(w.stop_reason is not None for w in ws),
             "settled": sum(w.settled is not None for w in ws),

@@ -84,6 +84,10 @@ class TraceObserver(SessionObserver):
         self.worker.lifecycle("refused", f"{what}: {reason}")
 
     def on_usage(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        w = self.worker
+        w.usage_turns += 1
+        w.tokens += input_tokens + output_tokens
+        w.cost_usd += cost_usd
         self.host.trace.write(UsageRow(worker_id=self.worker.id, turn=self.worker.turn, input_tokens=input_tokens,
                                        output_tokens=output_tokens, cost_usd=cost_usd))
 
@@ -116,6 +120,14 @@ class Worker:
     handoff: bool = False
     """The next turn opens a new session: it starts with the worker prompt."""
     turn_errors: int = 0
+    model_errors: int = 0
+    """Turns that ended on a failing model: the gateway saw its model calls fail, or the agent answered the turn
+    with an error (codex-acp and claude-code-acp do when their model fails)."""
+    usage_turns: int = 0
+    """Turns whose usage the agent reported (Claude Code and Codex report none: their cost is unknown)."""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    """Tokens and cost as the agent reported them."""
     model_failures: int = 0
     """Turns in a row that ended on a failing model (the backoff doubles with each)."""
     resume_at: float = 0.0
@@ -201,7 +213,7 @@ class Worker:
         before = await asyncio.to_thread(fingerprint, self.workdir) if host.cfg.baseline else ""
         self.clock.turn_started(host.schedule_s())
         text = self.prompt_text(trigger)
-        host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="start", trigger=trigger))
+        host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="start", trigger=trigger, model=host.model))
         t0 = time.perf_counter()
         since = now_us()
         stop_reason = "error"
@@ -214,6 +226,7 @@ class Worker:
         except TurnFailed as exc:  # the agent answered with an error (e.g. its model endpoint failed)
             log.warning("turn %d of %s failed: %s", self.turn, self.id, exc)
             failure = str(exc)
+            self.model_errors += 1
         except Exception as exc:
             log.exception("turn %d of %s failed", self.turn, self.id)
             failure = f"{type(exc).__name__}: {exc}"
@@ -221,7 +234,7 @@ class Worker:
             self.in_turn = False
             self.last_turn_s = time.perf_counter() - t0
             self.turns_finished += 1
-            host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger,
+            host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger, model=host.model,
                                      stop_reason=stop_reason, duration_ms=self.last_turn_s * 1000))
         await self.after_turn(since, failure)
         if host.cfg.baseline:
@@ -256,6 +269,8 @@ class Worker:
             self.resume_at = self.host.schedule_s() + wait
             detail = (f"model calls failed ({report.failed} of {report.calls} this turn): {report.error}; "
                       f"no new turn for {wait:.0f} schedule s")
+            if failure is None:  # an agent's error answer was counted already
+                self.model_errors += 1
             failure = detail + (f"; the agent said: {failure}" if failure else "")
         elif report is not None and report.calls:
             self.model_failures = 0

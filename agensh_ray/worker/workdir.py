@@ -85,6 +85,9 @@ def sandbox_policy(cfg: RunConfig, harness: Harness, env: dict[str, str], *, wri
     if harness.name == "sim":
         read_only.append(task_root)  # the sim stands in for a model: it reads the task's oracle
     if harness.shared_cache and env.get("XDG_CACHE_HOME"):
+        # Made now: a folder that does not exist is not bound, and on a machine's first start the CLI, finding
+        # no cache, would unpack into a read-only path and fail (the warm-up fills this folder before it starts).
+        Path(env["XDG_CACHE_HOME"]).mkdir(parents=True, exist_ok=True)
         read_only.append(Path(env["XDG_CACHE_HOME"]))
     return SandboxPolicy.build(argv=harness.argv(), env=env, writable=writable, chdir=chdir,
                                endpoints={**endpoints, **model}, unrelayable=unrelayable, read_only=read_only,
