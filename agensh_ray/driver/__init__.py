@@ -1,7 +1,6 @@
-"""The run driver: creates the actors, paces the launch, prints progress,
-scores main, and writes the summary. It decides nothing about the work: the
-workers organise themselves through the board, the chat and the forge.
-"""
+"""The run driver: creates the actors, paces the launch, prints progress, scores main, and writes the
+summary. It decides nothing about the work: the workers organise themselves through the board, the
+chat and the forge."""
 
 from __future__ import annotations
 
