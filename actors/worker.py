@@ -51,7 +51,7 @@ class WorkerActor:
         return os.getpid()
 
     def set_start(self, start_wall: float) -> None:
-        """When the run's schedule starts (after every host is up)."""
+        """When the run's schedule starts (after every host and router is up)."""
         self.host.start_wall = start_wall
 
     async def launch(self, worker_id: str) -> None:

@@ -216,7 +216,8 @@ def _from_file(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         cfg = RunConfig.model_validate_json(a.config.read_text())
-        get_harness(cfg.harness)
+        if cfg.model is None:  # as with the flags: the model the harness will ask for, in config.json
+            cfg = cfg.model_copy(update={"model": get_harness(cfg.harness).choose_model(None)})
         runfolder.check_parent(cfg.run_dir)
         if cfg.run_id is not None:
             runfolder.check_folder(cfg.run_dir, cfg.run_id, cfg.overwrite)

@@ -27,13 +27,14 @@ def test_keep_going_until_n_idle_turns_in_a_row():
     assert k.told == 6 and "3 turns in a row without work" in k.why_stop
 
 
-def test_keep_going_leaves_the_deadline_cancels_and_crashes_alone():
+def test_keep_going_leaves_the_deadline_cancels_crashes_and_failed_turns_alone():
     k = KeepGoing(1)
     assert k.turn_ended(False, "cancelled", True) is None  # the run is stopping
     assert k.turn_ended(False, "agent_died", True) is None  # the host restarts the agent
     assert k.idle == 0
     assert k.turn_ended(True, "end_turn", False) is None  # past the deadline: the run ends anyway
-    assert k.turn_ended(False, "error", True) == "stop"  # a failed turn is a turn without work
+    assert k.turn_ended(False, "error", True) is None  # a failed turn: the host backs off, the agent did not stop
+    assert k.idle == 0
 
 
 def test_the_fingerprint_sees_commits_edits_and_new_files(tmp_path, git_env):
@@ -50,9 +51,11 @@ def test_the_fingerprint_sees_commits_edits_and_new_files(tmp_path, git_env):
     seen.add(fingerprint(repo))
     (repo / "b").write_text("new")
     seen.add(fingerprint(repo))
+    (repo / "b").write_text("newer")  # an edit of a file never added
+    seen.add(fingerprint(repo))
     subprocess.run(["git", "-C", str(repo), "commit", "-qam", "b"], check=True)
     seen.add(fingerprint(repo))
-    assert len(seen) == 5
+    assert len(seen) == 6
 
 
 def test_the_baseline_is_one_worker_without_board_or_chat():

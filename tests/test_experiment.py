@@ -61,6 +61,7 @@ def test_a_plan_makes_one_validated_runconfig_per_cell(tmp_path):
     ({"ablations": {"base": {}}}, "ablation name"),
     ({"ablations": {"x": {"routing.policy": "some"}}}, "policy"),
     ({"seeds": [1, 1]}, "repeat"),
+    ({"ablations": {"x": {"routing": 3, "routing.policy": "all"}}}, "routing is a value, not a group"),
 ])
 def test_a_bad_plan_is_refused_before_anything_runs(bad, why):
     with pytest.raises(ValueError, match=why):

@@ -12,7 +12,7 @@ What the client adds, for the hot paths at 1,024 workers:
   and a write's answer is (seq, ts) per entry (`agensh_ray.wire.entries_from_acks`);
 * the recent view is a local copy (`agensh_ray.board.view.RecentView`) fetched by delta, shared by
   concurrent readers (`_RecentReader`), and fed by the deliveries the host gets anyway (`observe`);
-* every call has a deadline (`CALL_DEADLINE_S`, beyond a long poll's own timeout): a call lost while
+* every async call has a deadline (`CALL_DEADLINE_S`, beyond a long poll's own timeout): a call lost while
   the board actor restarts (Ray has hung such calls of async actors) fails with `BoardTimeout`
   instead of stranding its caller, and with it every writer queued behind it in this process.
 """

@@ -4,12 +4,10 @@ chat and the forge."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -25,6 +23,7 @@ from agensh_ray.board import BoardLimits
 from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.driver.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.driver.health import Health
+from agensh_ray.driver.summary import Summary
 from agensh_ray.errors import ForcedStop
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.placement import check_capacity, host_options, launch_offsets
@@ -40,7 +39,7 @@ log = logging.getLogger("agensh.run")
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
 
 
-class Run(Health, Ending):
+class Run(Health, Ending, Summary):
     def __init__(self, cfg: RunConfig, task: Task, out=sys.stdout, verbose: bool = False):
         self.cfg = cfg
         self.verbose = verbose
@@ -213,10 +212,15 @@ class Run(Health, Ending):
                     self.say(f"{why}: stopping as at the deadline")
                     return "budget"
                 if cfg.baseline and next_launch == len(self.workers) and st.get("stopped", 0) >= len(self.workers):
-                    # agensh_ray/worker/keep_going.py: the stop hook let the agent stop (idle turns), or it gave up
-                    self.say(f"the baseline agent stopped ({st.get('settled', 0)} after "
-                             f"{cfg.baseline_idle_turns} turns in a row without work): the run is done")
-                    return "done"
+                    # agensh_ray/worker/keep_going.py: the stop hook let the agent stop (idle turns), or it is
+                    # gone (crashed for good, stopped at its budget cap): no agent is left either way
+                    if st.get("settled", 0) >= len(self.workers):
+                        self.say(f"the baseline agent stopped after {cfg.baseline_idle_turns} turns in a row "
+                                 "without work: the run is done")
+                        return "done"
+                    self.say("the baseline agent is gone (crashed for good or stopped at its budget cap): "
+                             "stopping as at the deadline")
+                    return "deadline"
                 if cfg.stop_when_done and not cfg.baseline and next_launch == len(self.workers):
                     # agensh_ray/stopping.py: every worker finished a turn, the task was worked on, no PR
                     # open, and a quiet period (idle-nudge cycles, observed turn lengths) with no new work.
@@ -293,71 +297,6 @@ class Run(Health, Ending):
             summary["signal"] = self.interrupts.name
         self._print_summary(summary)
         return summary
-
-    def _summary(self) -> dict:
-        prs = call("forge", lambda: self.forge.pr_list.remote("all"))
-        events = call("forge", lambda: self.forge.events_since.remote(0, 10**9))
-        conflicts = [e for e in events if e.kind == "merge_conflict"]
-        merged_numbers = {p.number for p in prs if p.state == "merged"}
-        entries = call("board", lambda: self.board.actor.since_rows.remote(0, 10**9))
-        msgs = call("chat", lambda: self.chat.messages_since.remote(0, 10**9))
-        res = self._final_score
-        return {
-            "run_id": self.run_id,
-            "workers": len(self.workers),
-            "harness": self.cfg.harness,
-            "baseline": self.cfg.baseline,
-            "task": self.task.name,
-            "wall_s": round(time.time() - self.t0, 1),
-            "prs_opened": len(prs),
-            "prs_merged": len(merged_numbers),
-            "prs_closed_unmerged": sum(p.state == "closed" for p in prs),
-            "prs_open_at_end": sum(p.state == "open" for p in prs),
-            "merged_pr_authors": len({p.author for p in prs if p.state == "merged"}),
-            "merge_conflicts": len(conflicts),
-            "merge_conflicts_resolved": len({e.pr for e in conflicts if e.pr in merged_numbers}),
-            "board_entries": dict(Counter(e.type for e in entries)),
-            "dms": sum(m.to is not None for m in msgs),
-            "channel_posts": sum(m.to is None for m in msgs),
-            "turn_errors": getattr(self, "_turn_errors", 0),
-            "model_errors": getattr(self, "_last_status", {}).get("model_errors", 0),
-            "model": self.cfg.model,
-            "actors_restarted": self.watch.restarts,
-            **self._model_summary(),
-            "score": res.score,
-            "tests_passed": res.passed,
-            "tests_total": res.total,
-            "tests_not_run": res.not_run,
-            "score_error": res.error_code,
-            "checkpoints": self.checkpoints.seq,
-            "run_dir": str(self.run_dir),
-        }
-
-    def _print_summary(self, s: dict) -> None:
-        (self.run_dir / "summary.json").write_text(json.dumps(s, indent=2))
-        board = ", ".join(f"{k} {v}" for k, v in sorted(s["board_entries"].items()))
-        lines = [
-            f"run {s['run_id']} finished in {s['wall_s']}s",
-            f"  workers        {s['workers']} ({s['merged_pr_authors']} authored a merged PR)",
-            f"  pull requests  {s['prs_opened']} opened, {s['prs_merged']} merged, "
-            f"{s['merge_conflicts']} merge conflicts ({s['merge_conflicts_resolved']} resolved and merged)",
-            f"  board          {sum(s['board_entries'].values())} entries ({board})",
-            f"  messages       {s['dms']} DMs, {s['channel_posts']} channel posts",
-            *([f"  model calls    {s['model_calls']} through the gateway ({s['model_retries']} retried), "
-               f"{s['model_tokens']:,} tokens, ${s['model_cost_usd']:.4f}"] if "model_calls" in s else []),
-            *([f"  model cost     unknown: {s['turns_without_usage']} turns reported no usage, "
-               f"{s['model_tokens_reported']:,} tokens reported, no price (the gateway counts and prices every call: "
-               "docs/real-agents.md)" if s["model_cost_usd"] is None else
-               f"  model cost     ${s['model_cost_usd']:.4f} as the agents reported it, "
-               f"{s['model_tokens_reported']:,} tokens"] if "turns_without_usage" in s else []),
-            *([f"  model          {s['model']}: {s['model_errors']} turns ended on a failing model, "
-               f"{s['turn_errors']} turn errors in all"] if s.get("model") or s.get("model_errors") else []),
-            f"  score          {s['score']:.1%} of hidden tests ({s['tests_passed']}/{s['tests_total']}), ProgramBench's "
-            f"score; {s.get('checkpoints', 0)} checkpoints in checkpoints/",
-            f"  run folder     {s['run_dir']}",
-            f"  query it:      python -m agensh_ray.analysis.query {s['run_dir']} merges  (no name: every question)",
-        ]
-        print("\n".join(lines), file=self.out, flush=True)
 
     def _teardown(self, force: bool = False) -> None:
         """Stop the services (closing them: their traces flushed) and kill every actor. Forced (a second

@@ -44,8 +44,11 @@ def nested(overrides: dict[str, Any]) -> dict[str, Any]:
     for key, value in overrides.items():
         *parents, last = key.split(".")
         node = out
-        for p in parents:
-            node = node.setdefault(p, {})
+        for i, p in enumerate(parents):
+            child = node.get(p, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"{key}: {'.'.join(parents[: i + 1])} is a value, not a group of settings")
+            node[p] = node = dict(child)  # a copy: the plan's own mapping is never edited
         node[last] = merge(node[last], value) if isinstance(node.get(last), dict) and isinstance(value, dict) else value
     return out
 

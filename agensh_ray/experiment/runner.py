@@ -113,6 +113,11 @@ class Experiment:
             proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.running[cell.id] = (proc, cell, time.time())
+        if self.signum is not None:  # a signal came while it was starting: it stops with the others (once)
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.ledger({"cell": cell.id, "event": "start", "pid": proc.pid, **code_version()})
         self.say(f"[{k}/{n}] {cell.id}: started ({cell.workers} worker{'s' if cell.workers > 1 else ''}"
                  f"{', baseline' if cell.config.baseline else ''}, seed {cell.seed}; log {log})")

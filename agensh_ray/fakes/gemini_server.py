@@ -113,7 +113,7 @@ class FakeGemini(FakeEndpoint):
             return
         pieces = split_text(reply.text, self.pieces) if reply.text else []
         calls = [p for p in parts if "functionCall" in p]
-        sse = self.stream(h, reply, max(1, len(pieces)) + 1)
+        sse = self.stream(h, reply, len(pieces) + 1)
         for piece in pieces:
             sse.send(chunk([{"text": piece}], False))
         sse.send(chunk(calls, True))

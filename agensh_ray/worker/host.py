@@ -73,7 +73,7 @@ class WorkerHost:
         self.services = services
         self.clone_urls = clone_urls
         self.start_wall = start_wall
-        """When the run's schedule started (wall clock); the driver moves it once every host is up."""
+        """When the run's schedule started (wall clock); the driver moves it once every host and router is up."""
         self.task_root = task_root
         self.harness: Harness = get_harness(cfg.harness)
         try:

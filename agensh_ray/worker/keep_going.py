@@ -17,19 +17,28 @@ from pathlib import Path
 
 WORK_TOOLS = frozenset({"pr_create", "pr_merge", "pr_review", "pr_comment", "board_write", "send_dm", "channel_post"})
 """Infra tools whose successful call counts as work."""
-NOT_ENDED = frozenset({"cancelled", "agent_died"})
-"""Turn endings the hook leaves alone: the run is stopping, or the host is restarting the agent."""
+NOT_ENDED = frozenset({"cancelled", "agent_died", "error"})
+"""Turn endings the hook leaves alone: the run is stopping, the host is restarting the agent, or the turn
+failed (a model outage is the host's to back off from, not the agent choosing to stop)."""
 
 
 def fingerprint(workdir: Path) -> str:
-    """HEAD and the output of `git status --porcelain` of a clone, hashed ("" when git cannot tell)."""
+    """HEAD, `git status --porcelain`, the diff against HEAD and the contents of untracked files of a clone,
+    hashed ("" when git cannot tell): an edit to a file never added changes it too."""
     h = hashlib.sha256()
-    for argv in (["rev-parse", "HEAD"], ["status", "--porcelain", "-uall"], ["diff", "HEAD"]):
+    for argv in (["rev-parse", "HEAD"], ["status", "--porcelain", "-uall"], ["diff", "HEAD"],
+                 ["ls-files", "-o", "--exclude-standard", "-z"]):
         try:
             res = subprocess.run(["git", "-C", str(workdir), *argv], capture_output=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             return ""
         h.update(res.stdout)
+        if argv[0] == "ls-files":
+            for name in filter(None, res.stdout.split(b"\0")):
+                try:
+                    h.update((workdir / name.decode(errors="surrogateescape")).read_bytes())
+                except OSError:
+                    h.update(b"?")
     return h.hexdigest()
 
 
