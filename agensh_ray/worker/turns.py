@@ -226,7 +226,8 @@ class Worker:
         except TurnFailed as exc:  # the agent answered with an error (e.g. its model endpoint failed)
             log.warning("turn %d of %s failed: %s", self.turn, self.id, exc)
             failure = str(exc)
-            self.model_errors += 1
+            if host.cfg.harness != "sim":  # the sim calls no model: its failed turns are turn errors only
+                self.model_errors += 1
         except Exception as exc:
             log.exception("turn %d of %s failed", self.turn, self.id)
             failure = f"{type(exc).__name__}: {exc}"
