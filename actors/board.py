@@ -23,6 +23,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from agensh_ray.actors.proxy import AsyncProxy
+from agensh_ray.actors.supervise import whereabouts
 from agensh_ray.board import BoardClient, BoardLimits, BoardService
 from agensh_ray.board.client import as_entries, raise_if_error, wire_request
 from agensh_ray.board.view import cut
@@ -52,6 +53,10 @@ class BoardActor(BoardService):
         """Never re-sent (unlike every other call): a board restarted mid-search must not run the search
         again, in case the search is what brought it down; the caller gets `SEARCH_LOST` instead."""
         return await BoardService.grep(self, pattern, regex, limit, type)
+
+    def where(self) -> dict:
+        """Its pid and Ray node (the driver's Watch)."""
+        return whereabouts()
 
 
 SEARCH_LOST = ("the board restarted while it ran this search, and a search is not run again on its own: "
@@ -147,13 +152,15 @@ def get_or_create_board(
     run_dir: str | None = None,
     run_id: str = "",
     scheduling_strategy: Any = None,
+    resources: dict[str, float] | None = None,
 ) -> BoardHandle:
     """The named, detached board actor (created if absent) behind a `BoardHandle`.
 
     An existing actor of that name is returned as is (its log path and limits win).
     `time_scale` compresses the CLAIM TTL (a TTL of 1 schedule hour lasts 1/time_scale wall hours),
     so CLAIM expiry can be tested quickly; `start_time` is kept for callers. `scheduling_strategy`:
-    where Ray places it (the driver pins it to its own node); None: Ray's default.
+    where Ray places it (the driver pins it to its own node); None: Ray's default. `resources`: what else it
+    asks for (the driver's `--services-resource`: a node type it may run, and be restarted, on).
     """
     actor = BoardActor.options(
         name=name,
@@ -165,6 +172,7 @@ def get_or_create_board(
         num_cpus=0,
         max_concurrency=max_concurrency,
         scheduling_strategy=scheduling_strategy,
+        resources=resources,
     ).remote(
         os.path.abspath(os.fspath(log_path)),
         limits,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ray
 
+from agensh_ray.actors.supervise import whereabouts
 from agensh_ray.services.chat.feed import ChatFeed
 from agensh_ray.services.registry import make_chat
 from agensh_ray.trace import TraceWriter
@@ -22,3 +23,7 @@ class ChatActor(ChatFeed):
 
     def pid(self) -> int:
         return os.getpid()
+
+    def where(self) -> dict:
+        """Its pid and Ray node (the driver's Watch)."""
+        return whereabouts()

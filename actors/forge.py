@@ -22,6 +22,7 @@ from pathlib import Path
 
 import ray
 
+from agensh_ray.actors.supervise import whereabouts
 from agensh_ray.services.forge.traced import ForgeTracer
 from agensh_ray.services.registry import make_forge
 from agensh_ray.trace import TraceWriter
@@ -37,3 +38,7 @@ class ForgeActor(ForgeTracer):
 
     def pid(self) -> int:
         return os.getpid()
+
+    def where(self) -> dict:
+        """Its pid and Ray node (the driver's Watch)."""
+        return whereabouts()

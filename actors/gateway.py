@@ -105,11 +105,11 @@ def node_gateway(run_id: str) -> Any:
 class Gateways:
     """The run's gateways, one per alive node, and their coordinator (made by the driver)."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, run_id: str, head_strategy: Any):
+    def __init__(self, cfg: RunConfig, run_dir: Path, run_id: str, placement: dict):
         cfg_json = cfg.model_dump_json()
         secret = pysecrets.token_bytes(32)
         self.coordinator = CoordinatorActor.options(name=f"gateway-coordinator-{run_id}",
-                                                    scheduling_strategy=head_strategy).remote(cfg_json)
+                                                    **placement).remote(cfg_json)
         self.actors: dict[str, Any] = {}
         for node in ray.nodes():
             if not node.get("Alive"):

@@ -19,6 +19,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from agensh_ray.actors.board import BoardHandle
 from agensh_ray.actors.proxy import AsyncProxy
+from agensh_ray.actors.supervise import whereabouts
 from agensh_ray.errors import HostAway, HostGone
 from agensh_ray.routing import RouterPump, ServiceSources
 
@@ -66,6 +67,11 @@ class RouterActor:
         """Wait until the loops run (they start by themselves); returns the pid."""
         await self.pump.ensure_started()
         return os.getpid()
+
+    async def where(self) -> dict:
+        """Its pid and Ray node (the driver's Watch); starts the loops if they are not running."""
+        await self.pump.ensure_started()
+        return whereabouts()
 
     def status(self) -> dict:
         return {**self.pump.status(), "pid": os.getpid()}

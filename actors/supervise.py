@@ -6,12 +6,14 @@ the driver that means: a call may fail while the actor is away (`ActorUnavailabl
 until it is back. `call` retries such a call until a deadline, then raises `ActorAway` naming the
 actor; `Watch` asks each actor for its pid once per progress tick, without ever blocking the loop on
 one that is away, and reports each death (seen as "away", or as a new pid) and each comeback once,
-as `Change`s the driver writes as `lifecycle` rows.
+as `Change`s the driver writes as `lifecycle` rows. An actor that answers `where()` (its pid and Ray node)
+is also reported where it was first placed and on which node it came back.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +30,11 @@ AWAY = (ActorUnavailableError, GetTimeoutError)
 
 class ActorAway(RuntimeError):
     """An actor did not answer within the deadline (or is dead for good)."""
+
+
+def whereabouts() -> dict:
+    """The calling actor's pid and Ray node id (hex): what each actor's `where()` answers the driver's Watch."""
+    return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
 
 def call(what: str, make_ref: Callable[[], Any], deadline_s: float = 120.0, attempt_s: float = 15.0) -> Any:
@@ -57,9 +64,11 @@ class Change:
 
     actor: str
     event: str
-    """died | restarted | lost (dead for good)."""
+    """placed (its first answer) | died | restarted | answering | lost (dead for good)."""
     pid: int | None
     detail: str = ""
+    node: str = ""
+    """The Ray node id it runs on (died, lost: the one it ran on), if it answers `where()`."""
 
 
 @dataclass
@@ -68,6 +77,7 @@ class _Watched:
     ask: Callable[[], Any]
     """Sends the pid request (an ObjectRef)."""
     pid: int | None = None
+    node: str = ""
     away: bool = False
     lost: bool = False
     pending: Any = None
@@ -110,23 +120,28 @@ class Watch:
             except RayActorError as exc:
                 changes += self._failed(w, exc)
                 continue
+            node = (pid.get("node") or "") if isinstance(pid, dict) else ""
             pid = pid.get("pid") if isinstance(pid, dict) else pid
-            if w.pid is not None and pid != w.pid:
+            on = f" on node {node[:12]}" if node else ""
+            if w.pid is None and node:
+                changes.append(Change(w.name, "placed", pid, f"placed{on}", node))
+            elif w.pid is not None and pid != w.pid:
                 if not w.away:  # died and came back between two polls
-                    changes.append(Change(w.name, "died", w.pid, "found restarted with a new process"))
+                    changes.append(Change(w.name, "died", w.pid, "found restarted with a new process", w.node))
                 self.restarts += 1
                 changes.append(Change(w.name, "restarted", pid,
-                                      f"back after {time.monotonic() - w.since:.1f}s" if w.away else "restarted"))
+                                      (f"back after {time.monotonic() - w.since:.1f}s" if w.away else "restarted")
+                                      + on, node))
             elif w.away:  # an answer from the same process: it was slow, not dead
-                changes.append(Change(w.name, "answering", pid, "answers again (same process)"))
-            w.pid, w.away = pid, False
+                changes.append(Change(w.name, "answering", pid, "answers again (same process)", node))
+            w.pid, w.node, w.away = pid, node or w.node, False
         return changes
 
     def _failed(self, w: _Watched, exc: Exception) -> list[Change]:
         if isinstance(exc, ActorDiedError):
             w.lost, w.away = True, True
-            return [Change(w.name, "lost", w.pid, f"dead for good: {str(exc).splitlines()[0][:300]}")]
+            return [Change(w.name, "lost", w.pid, f"dead for good: {str(exc).splitlines()[0][:300]}", w.node)]
         if w.away:
             return []
         w.away, w.since = True, time.monotonic()
-        return [Change(w.name, "died", w.pid, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")]
+        return [Change(w.name, "died", w.pid, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}", w.node)]

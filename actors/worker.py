@@ -16,6 +16,7 @@ import ray
 
 from agensh_ray.actors.gateway import node_gateway
 from agensh_ray.actors.proxy import AsyncProxy
+from agensh_ray.actors.supervise import whereabouts
 from agensh_ray.config import RunConfig
 from agensh_ray.models import Delivery
 from agensh_ray.worker import WorkerHost
@@ -44,6 +45,7 @@ class WorkerActor:
             host_id, worker_ids, cfg, Path(run_dir), run_id, _Services(board, chat, forge, gateway), clone_urls,
             start_wall, Path(task_root),
         )
+        self.host.node = ray.get_runtime_context().get_node_id()
         gc.freeze()  # what is alive now lives as long as the actor: full collections skip it (see actors/board.py)
 
     async def start(self) -> int:
@@ -69,6 +71,10 @@ class WorkerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def where(self) -> dict:
+        """Its pid and Ray node (the driver's Watch)."""
+        return whereabouts()
 
     def agent_pids(self) -> dict:
         return self.host.agent_pids()

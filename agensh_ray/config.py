@@ -234,6 +234,10 @@ class RunConfig(BaseModel):
     """With an address: ship this checkout to every node (Ray runtime_env working_dir). Off when every
     node already has it at the same path (one machine, a shared mount): Ray nodes that share one host
     and session folder would unpack it into the same place at once."""
+    services_resource: str | None = None
+    """The Ray resource of the node type the board, chat, forge and routers run on (each asks for 0.001 of it), so
+    Ray restarts them on another node of that type when theirs is lost; None: pinned to the driver's node (the
+    head), whose loss ends the run anyway."""
     queue: bool = False
     """On a cluster with fewer free agent slots than workers, wait for slots instead of refusing."""
     worker_memory_mb: int | None = None

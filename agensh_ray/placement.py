@@ -1,5 +1,5 @@
-"""Where a run's worker hosts go and when its workers start: the Ray options of one WorkerActor, the
-cluster's capacity check, and the launch schedule. Plain functions of the run's settings (the driver
+"""Where a run's actors go and when its workers start: the Ray options of one WorkerActor, the resources of
+the services (board, chat, forge, routers), the cluster's capacity check, and the launch schedule. Plain functions of the run's settings (the driver
 applies them)."""
 
 from __future__ import annotations
@@ -20,6 +20,31 @@ def host_options(cfg: RunConfig, n_workers: int, cluster_slots: float | None) ->
     if per_worker:
         opts["memory"] = per_worker * n_workers * 1024 * 1024
     return opts
+
+
+SERVICES_SHARE = 0.001
+"""How much of the services' node-type resource each service actor asks for: a marker, not a limit."""
+
+
+def services_resources(cfg: RunConfig) -> dict[str, float] | None:
+    """The resources each service actor (board, chat, forge, routers, the gateways' coordinator) asks for:
+    a sliver of the node type named by `services_resource`, so Ray may place it, and restart it after a node
+    loss, on any node of that type. None: the driver pins them to its own node (the head)."""
+    return {cfg.services_resource: SERVICES_SHARE} if cfg.services_resource else None
+
+
+def check_services_resource(cfg: RunConfig, cluster_resources: dict[str, float]) -> None:
+    """Refuse a services resource no node declares (the services would wait for a node forever)."""
+    name = cfg.services_resource
+    if name and cluster_resources.get(name, 0) < SERVICES_SHARE:
+        known = sorted(k for k in cluster_resources if k not in ("CPU", "GPU", "memory", "object_store_memory")
+                       and not k.startswith("node:"))
+        raise CapacityError(
+            f"no node of the cluster declares the resource {name!r} that --services-resource names; declare it "
+            f"on the nodes the board, chat, forge and routers may run on (ray start --resources "
+            f"'{{\"{name}\": 1}}'), or leave --services-resource out. Custom resources declared: "
+            f"{', '.join(known) or 'none'}"
+        )
 
 
 def check_capacity(cfg: RunConfig, total_slots: float | None, free_slots: float | None, nodes: int) -> None:

@@ -120,6 +120,9 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--address", default=None, help="Ray address (auto joins a running cluster); default: local")
     p.add_argument("--no-ship-code", action="store_true",
                    help="with --address: do not ship this checkout to the nodes (they have it at the same path)")
+    p.add_argument("--services-resource", default=None, metavar="NAME",
+                   help="with --address: run the board, chat, forge and routers on nodes that declare this Ray "
+                        "resource (restarted on another such node if theirs is lost); default: the driver's node")
     p.add_argument("--queue", action="store_true",
                    help="with fewer free agent slots than workers, wait for slots instead of refusing")
     p.add_argument("--worker-memory-mb", type=int, default=None,
@@ -189,6 +192,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             score_every_s=a.checkpoint_every * 60.0,
             address=a.address,
             queue=a.queue,
+            services_resource=a.services_resource,
             ship_code=not a.no_ship_code,
             worker_memory_mb=a.worker_memory_mb,
             routing=RoutingConfig(policy=a.policy, routers=a.routers),

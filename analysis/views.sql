@@ -123,8 +123,8 @@ UNION ALL
 (SELECT DISTINCT ON (event_id, branch, test) * FROM test_results_rows WHERE event_id <> '' ORDER BY event_id, branch, test, ts);
 
 CREATE OR REPLACE VIEW lifecycle_rows AS
-SELECT run_id, ts, worker_id, event_id, schema_version, event, detail, host, pid FROM (
-    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS event, CAST(NULL AS VARCHAR) AS detail, CAST(NULL AS VARCHAR) AS host, CAST(NULL AS BIGINT) AS pid WHERE false
+SELECT run_id, ts, worker_id, event_id, schema_version, event, detail, host, pid, node FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS event, CAST(NULL AS VARCHAR) AS detail, CAST(NULL AS VARCHAR) AS host, CAST(NULL AS BIGINT) AS pid, CAST(NULL AS VARCHAR) AS node WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/lifecycle/*.parquet', union_by_name = true)
 );

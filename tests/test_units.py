@@ -13,8 +13,8 @@ from acp import RequestError
 from agensh_ray.agent.client import confine
 from agensh_ray.agent.harness import get_harness
 from agensh_ray.config import RunConfig, worker_ids
-from agensh_ray.placement import launch_offsets
-from agensh_ray.errors import HarnessError
+from agensh_ray.placement import check_services_resource, launch_offsets, services_resources
+from agensh_ray.errors import CapacityError, HarnessError
 from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, BoardRow, TraceWriter, TurnRow
 
 
@@ -61,6 +61,16 @@ def test_launch_schedule_is_staggered_then_fast():
     assert offs[120] - offs[119] == 30.0  # still within the first hour
     assert offs[125] - offs[124] == 3.0
     assert worker_ids(3) == ["w001", "w002", "w003"] and worker_ids(1024)[-1] == "w1024"
+
+
+def test_services_go_to_the_head_or_to_the_named_node_type():
+    assert services_resources(RunConfig()) is None  # the driver pins them to its own node
+    cfg = RunConfig(services_resource="services")
+    assert services_resources(cfg) == {"services": 0.001}
+    check_services_resource(cfg, {"CPU": 6.0, "services": 2.0})
+    with pytest.raises(CapacityError, match="'services'.*agent_slot"):
+        check_services_resource(cfg, {"CPU": 6.0, "agent_slot": 24.0, "node:127.0.0.1": 1.0})
+    check_services_resource(RunConfig(), {"CPU": 2.0})
 
 
 def test_paths_outside_the_workdir_are_refused(tmp_path):

@@ -26,7 +26,8 @@ from agensh_ray.driver.health import Health
 from agensh_ray.driver.summary import Summary
 from agensh_ray.errors import ForcedStop
 from agensh_ray.paths import PROJECT_ROOT
-from agensh_ray.placement import check_capacity, host_options, launch_offsets
+from agensh_ray.placement import (check_capacity, check_services_resource, host_options, launch_offsets,
+                                  services_resources)
 from agensh_ray.stopping import DoneRule, Interrupts
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
@@ -85,9 +86,13 @@ class Run(Health, Ending, Summary):
         from agensh_ray.actors.services import make_services
 
         rd = str(self.run_dir)
-        # The board, chat, forge and routers stay on the driver's node (the head of a cluster):
+        # The board, chat, forge and routers: on the nodes of the type --services-resource names (Ray restarts
+        # them on another one when theirs is lost), else pinned to the driver's node (the head of a cluster);
         # Ray's default would place them on any node.
-        self.on_head = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        res = services_resources(self.cfg)
+        self.on_head = None if res else NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                                                       soft=False)
+        self.placement = {"resources": res} if res else {"scheduling_strategy": self.on_head}
         starter = self.run_dir / "starter"
         self.task.materialize_starter(starter)
         # The execute-only reference, built once; each host copies run_dir/reference/* into its clones.
@@ -97,13 +102,13 @@ class Run(Health, Ending, Summary):
         self.board = get_or_create_board(
             f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"),
             limits=BoardLimits(claim_ttl_s=self.cfg.claim_ttl_s), time_scale=self.cfg.time_scale,
-            run_dir=rd, run_id=self.run_id, scheduling_strategy=self.on_head,
+            run_dir=rd, run_id=self.run_id, **self.placement,
         )
         # by --forge/--chat name
         # The forge keeps only hashes of its tokens; it makes them from this key, which stays in memory
         # (and in the forge actor's arguments, so a restarted forge issues the same tokens).
-        self.chat, self.forge = make_services(self.cfg, self.run_dir, self.run_id, self.on_head,
-                                              forge_key=secrets.token_hex(32))
+        self.chat, self.forge = make_services(self.cfg, self.run_dir, self.run_id, forge_key=secrets.token_hex(32),
+                                              **self.placement)
         ray.get(self.forge.init_repo.remote(str(starter), self.task.title, self.task.text()))
         ray.get([self.chat.add_user.remote(w) for w in self.workers])
         ray.get([self.forge.add_user.remote(w) for w in [*self.workers, "admin"]])
@@ -112,11 +117,11 @@ class Run(Health, Ending, Summary):
         if self.cfg.gateway.enabled:  # one per node, before the hosts that look theirs up by name
             from agensh_ray.actors.gateway import Gateways
 
-            self.gateways = Gateways(self.cfg, self.run_dir, self.run_id, self.on_head)
+            self.gateways = Gateways(self.cfg, self.run_dir, self.run_id, self.placement)
         self.checkpoints = Checkpoints(self.task, self.run_dir, self.driver_trace, self.cfg.time_scale)
-        self.watch.add("board", lambda: self.board.actor.pid.remote())
-        self.watch.add("chat", lambda: self.chat.pid.remote())
-        self.watch.add("forge", lambda: self.forge.pid.remote())
+        self.watch.add("board", lambda: self.board.actor.where.remote())
+        self.watch.add("chat", lambda: self.chat.where.remote())
+        self.watch.add("forge", lambda: self.forge.where.remote())
 
     def _start_hosts(self) -> None:
         from agensh_ray.actors.router import RouterActor
@@ -136,23 +141,25 @@ class Run(Health, Ending, Summary):
                 {w: self.clone_urls[w] for w in ws}, start_wall, str(self.task.root or ""),
             )
             self.hosts[hid] = (handle, ws)
-        for (hid, (h, _)), pid in zip(self.hosts.items(), ray.get([h.start.remote() for h, _ in self.hosts.values()])):
-            self.watch.add(f"host {hid}", lambda h=h: h.pid.remote(), pid)
+        ray.get([h.start.remote() for h, _ in self.hosts.values()])
+        for hid, (h, _) in self.hosts.items():
+            self.watch.add(f"host {hid}", lambda h=h: h.where.remote())
         # The baseline has no routers: nothing to route to a lone agent (its host queues its own prompts).
         n = 0 if self.cfg.baseline else max(1, min(self.cfg.routing.routers, len(self.hosts)))
         slices: list[dict] = [{} for _ in range(n)]
         for i, (hid, (_, ws)) in enumerate(self.hosts.items() if n else ()):
             slices[i % n][hid] = (f"host-{self.run_id}-{hid}", ws)
         self.routers = [
-            RouterActor.options(name=f"router-{self.run_id}-{i}", scheduling_strategy=self.on_head).remote(
+            RouterActor.options(name=f"router-{self.run_id}-{i}", **self.placement).remote(
                 f"r{i}", s, f"board-{self.run_id}", f"chat-{self.run_id}", f"forge-{self.run_id}",
                 self.cfg.routing.policy, self.cfg.routing.poll_timeout_s,
                 linger_s=self.cfg.routing.linger_s, ship_interval_s=self.cfg.routing.ship_interval_s,
             )
             for i, s in enumerate(slices)
         ]
-        for i, (r, pid) in enumerate(zip(self.routers, ray.get([r.ensure_started.remote() for r in self.routers]))):
-            self.watch.add(f"router r{i}", lambda r=r: r.ensure_started.remote(), pid)
+        ray.get([r.ensure_started.remote() for r in self.routers])
+        for i, r in enumerate(self.routers):
+            self.watch.add(f"router r{i}", lambda r=r: r.where.remote())
         self.host_of = {w: h for h, (_, ws) in self.hosts.items() for w in ws}
         # The schedule (launch offsets, wind-down, deadline) starts now that the hosts and routers are
         # up: their start-up on a loaded machine (each a new process; tens of seconds at load 15) must
@@ -268,6 +275,7 @@ class Run(Health, Ending, Summary):
             self._slots = ray.cluster_resources().get("agent_slot")
             nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
             check_capacity(self.cfg, self._slots, ray.available_resources().get("agent_slot"), nodes)
+            check_services_resource(self.cfg, ray.cluster_resources())
             slots = f", {self._slots:.0f} agent slots" if self._slots is not None else ""
             self.say(f"ray ready ({nodes} node(s){slots}); bootstrapping board, chat, forge (issue #1 = the task)")
             self._bootstrap()

@@ -60,22 +60,26 @@ class Health:
         try:
             call(f"host {hid}", h.start.remote, deadline_s=60)
             call(f"host {hid}", lambda: h.set_start.remote(self.start_wall), deadline_s=30)
+            where = call(f"host {hid}", h.where.remote, deadline_s=30)
         except ActorAway as exc:
             self.say(f"host {hid} could not be started again: {exc}")
             return
         for w in again:
             h.launch.remote(w)
-        self._lifecycle(f"host {hid}", "resumed", None, f"started again; {len(again)} worker(s) launched again")
-        self.say(f"host {hid} was restarted: {len(again)} worker(s) resume with a hand-off summary")
+        node = where.get("node", "")
+        self._lifecycle(f"host {hid}", "resumed", where.get("pid"),
+                        f"started again on node {node[:12]}; launched again: {', '.join(again) or 'none'}", node)
+        self.say(f"host {hid} was restarted on node {node[:12]}: {len(again)} worker(s) resume with a hand-off summary")
 
-    def _lifecycle(self, actor: str, event: str, pid: int | None, detail: str) -> None:
-        """A death or restart of one of the run's actors, as a lifecycle row (worker_id null, host = the actor)."""
-        self.driver_trace.write(LifecycleRow(event=f"actor_{event}", detail=detail, host=actor, pid=pid))
+    def _lifecycle(self, actor: str, event: str, pid: int | None, detail: str, node: str = "") -> None:
+        """A placement, death or restart of one of the run's actors, as a lifecycle row (worker_id null, host = the
+        actor, node = its Ray node)."""
+        self.driver_trace.write(LifecycleRow(event=f"actor_{event}", detail=detail, host=actor, pid=pid, node=node))
 
     def _supervise(self) -> None:
         """Record the actors that died or came back since the last tick."""
         for ch in self.watch.poll(wait_s=1.0):
-            self._lifecycle(ch.actor, ch.event, ch.pid, ch.detail)
+            self._lifecycle(ch.actor, ch.event, ch.pid, ch.detail, ch.node)
             if ch.event in ("died", "restarted", "lost"):
                 self.say(f"{ch.actor} {ch.event}" + (f" (pid {ch.pid})" if ch.pid else "") + f": {ch.detail}")
 

@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agensh_ray.models import now_us
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there).
 3: the llm_calls and test_results tables added (older runs have none); scores gains the checkpoint's schedule time, not_run, error_code and eval_json (ProgramBench scoring).
-4: turns.model, the model the agent was told to use (older files read with null there)."""
+4: turns.model, the model the agent was told to use (older files read with null there).
+5: lifecycle.node, the Ray node of the actor or host (older files read with null there)."""
 
 
 class TraceRow(BaseModel):
@@ -216,7 +217,7 @@ class LifecycleRow(TraceRow):
     worker goes on from its clone with a hand-off). Rows of the run's actors (worker_id null, written by the
     driver): actor_died | actor_restarted (back, in a new process) | actor_lost (dead for good) |
     actor_answering (away, then answering from the same process) | actor_resumed (a restarted host started
-    again and its workers launched)."""
+    again and its workers launched) | actor_placed (where Ray first put it)."""
     detail: str = ""
     """Why, or the harness used."""
     host: str = ""
@@ -225,6 +226,10 @@ class LifecycleRow(TraceRow):
     pid: int | None = None
     """The agent process id; for an actor_* row, the actor's process id (the old one when it died, the new
     one when it came back)."""
+    node: str = ""
+    """The Ray node id (hex) the host or actor runs on: for actor_died / actor_lost the node it ran on, for
+    actor_placed / actor_restarted / actor_resumed the node it is on now; empty where unknown (a host run
+    without Ray)."""
 
 
 class LlmCallRow(TraceRow):

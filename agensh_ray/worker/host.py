@@ -68,6 +68,8 @@ class WorkerHost:
         task_root: Path,
     ):
         self.host_id = host_id
+        self.node = ""
+        """The Ray node it runs on (set by its actor; the lifecycle rows carry it)."""
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.services = services
@@ -202,7 +204,8 @@ class WorkerHost:
 
     def lifecycle(self, w: Worker, event: str, detail: str = "") -> None:
         pid = w.session.pid if w.session else None
-        self.trace.write(LifecycleRow(worker_id=w.id, event=event, detail=detail[:2000], host=self.host_id, pid=pid))
+        self.trace.write(LifecycleRow(worker_id=w.id, event=event, detail=detail[:2000], host=self.host_id, pid=pid,
+                                      node=self.node))
 
     # -- the host's own prompts ------------------------------------------------------------
     def push(self, w: Worker, kind: str, text: str, priority: str = "low") -> None:
