@@ -46,3 +46,18 @@ def git_env(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     os.makedirs(tmp_path / "home", exist_ok=True)
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    """A real 3-node Ray cluster on this machine (`tests/multinode.py`): the head with 4 agent slots, worker
+    nodes n1 and n2 with 8 each and the `services` node-type resource. Every process of every node is
+    stopped, by its own pids, when the module's tests are done."""
+    from tests.multinode import LocalCluster
+
+    with LocalCluster() as cluster:
+        cluster.start_head({"agent_slot": 4})
+        for name in ("n1", "n2"):
+            cluster.add_node(name, {"agent_slot": 8, "services": 1})
+        cluster.wait_for_nodes()
+        yield cluster
