@@ -153,3 +153,36 @@ def test_a_lost_worker_node_loses_nothing_and_its_workers_come_back_elsewhere(lo
           f"{recovery:.1f}s after the kill; run {wall:.1f}s wall")
     local_cluster.restart_node("n1")  # the next test has 3 nodes again
     local_cluster.wait_for_nodes()
+
+
+def test_the_board_node_lost_the_board_comes_back_elsewhere_from_its_log(local_cluster, calm, runs):
+    """`--services-resource services`: the board, chat, forge and routers on n1 or n2 (the nodes declaring it);
+    the node holding the board is SIGKILLed mid-run; they come back on the other from their durable logs."""
+    calm_summary, _ = calm
+    ids = local_cluster.node_ids()
+    r = runs("kill-board-node", "--services-resource", "services")
+
+    def board_node():
+        if r.board_entries() < KILL_AT_BOARD_SEQ:
+            return None
+        return _placed(r.dir).get("board")
+
+    node = wait_for(board_node, 300, f"{KILL_AT_BOARD_SEQ} board entries and the board's placement")
+    name = {v: k for k, v in ids.items()}[node]
+    placed = _placed(r.dir)
+    assert name in ("n1", "n2") and {placed[s] for s in SERVICES if s in placed} <= {ids["n1"], ids["n2"]}, placed
+    pids = local_cluster.kill_node(name)
+    summary = r.finish()
+    out = r.output()
+    assert pids and summary["score"] == calm_summary["score"], out
+    for table, log in (("board", r.dir / "board" / "board.jsonl"), ("messages", r.dir / "chat" / "chat.jsonl"),
+                       ("forge", r.dir / "forge" / "events.jsonl")):
+        logged, traced = _logged_seqs(log), _traced(r.dir, table)
+        assert logged and len(set(logged)) == len(logged), f"{table}: the log"
+        assert sorted(traced) == sorted(logged), f"{table}: the trace is not the log exactly once\n{out}"
+    rows = connect(r.dir).execute("SELECT event, host, node FROM lifecycle WHERE host = 'board' ORDER BY ts").fetchall()
+    assert ("actor_died", "board", node) in rows, rows
+    back = [n for e, _, n in rows if e == "actor_restarted"]
+    other = ids["n2" if name == "n1" else "n1"]
+    assert back == [other], f"the board did not come back on {other}: {rows}\n{out}"
+    print(f"\nnode {name} (the board's) killed: {len(pids)} processes; the board came back on the other node")
