@@ -150,3 +150,27 @@ def test_trace_rows_by_fields_match_rows_by_model(tmp_path):
     assert [r["seq"] for r in rows] == [1, 2, 4]  # converted across two flushes, one window file
     assert {r["schema_version"] for r in rows} == {SCHEMA_VERSION}
     assert all(r["run_id"] == "run-1" for r in rows) and [r["has_detail"] for r in rows] == [False, True, False]
+
+
+def test_the_sim_finishes_its_own_open_prs_a_handoff_lists(tmp_path):
+    """A sim worker whose previous session died between opening a PR and merging it (its host or node was lost)
+    merges that PR first: left open it would hold the run's end. Only its own open PRs, from the hand-off."""
+    from agensh_ray import prompts
+    from agensh_ray.config import SimConfig
+    from agensh_ray.models import PullRequest
+    from agensh_ray.render import fmt_pr
+    from agensh_ray.sim.agent import SimAgent, SimSession
+    from agensh_ray.sim.settings import SimSettings
+    from agensh_ray.task import Task
+
+    def pr(n, head, author, state):
+        return fmt_pr(PullRequest(number=n, head=head, base="main", author=author, title=f"Add {n}", state=state,
+                                     created_ts=0))
+
+    prs = "\n".join(f"  {p}" for p in (pr(3, "w001/word-count", "w001", "open"), pr(5, "w001/title", "w001", "merged"),
+                                       pr(7, "w002/upper", "w002", "open")))
+    text = prompts.handoff("w001", "  (none)", prs, "")
+    agent = SimAgent(SimSettings(SimConfig()), Task.load("textkit"))
+    s = SimSession(session_id="s1", cwd=tmp_path, mcp_url="http://127.0.0.1:1/", worker="w001")
+    agent._note_events(s, text)
+    assert s.handed_prs == [(3, "w001/word-count")]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,9 @@ class SimSession:
     """The infra tools the run gives this agent (the MCP server's list; no board or chat in the baseline)."""
     announced: bool = False
     """Whether this session already checked main end to end and told the channel."""
+    handed_prs: list[tuple[int, str]] = field(default_factory=list)
+    """Its own PRs a hand-off summary listed as open (number, branch): a previous session opened them and died
+    before merging (its host or node was lost); finished first."""
 
 
 class SimAgent:
@@ -139,6 +143,9 @@ class SimAgent:
     def _note_events(self, s: SimSession, text: str) -> None:
         if "WIND-DOWN" in text:
             s.wind_down = True
+        if "Resume your work" in text and s.worker:  # prompts/handoff.md: its PRs as render.fmt_pr lines
+            pr = re.compile(rf"PR #(\d+) \[open\] ({s.worker}/[\w-]+) -> \S+ by {s.worker}\b")
+            s.handed_prs += [(int(n), branch) for n, branch in pr.findall(text)]
 
     async def close(self) -> None:
         for s in self.sessions.values():

@@ -127,6 +127,8 @@ class Turn:
 
     # -- the loop --------------------------------------------------------------------
     async def run(self) -> None:
+        while self.s.handed_prs:  # a hand-off listed PRs of its own still open: merge them first
+            await self.finish_pr(*self.s.handed_prs.pop(0))
         while True:
             feature = await self.gather_and_claim()
             if feature is None:
@@ -146,6 +148,23 @@ class Turn:
                     self.s.lost.add(feature)                 # failure: the forge restarting, a lost push)
                 await self.note(type="FAIL", text=f"release {feature}: {type(exc).__name__}"[:100],
                                 detail=str(exc)[:4000])
+
+    async def finish_pr(self, number: int, branch: str) -> None:
+        """Merge a PR a previous session of this worker opened and did not merge (it died in between): left
+        open, it would hold the run's end ("done" needs no PR open). Its feature may be on main by now (its
+        claim was released when the session died): the merge then keeps main's version."""
+        feature = branch.split("/", 1)[1]
+        on_main = feature in await self.fetch_main()
+        rc, _ = await self.sh("git", "checkout", "-q", "-B", branch, f"origin/{branch}", check=False)
+        if rc != 0:
+            await self.note(type="FAIL", text=f"PR #{number}: its branch {branch} is gone")
+            return
+        await self.say(f"Finishing PR #{number} ({branch}), left open by my previous session.")
+        if await self.merge(number, branch, feature) and not on_main:
+            self.s.mine.add(feature)
+            await self.note(type="PATCH_SUMMARY",
+                text=f"{feature}: added textkit/commands/{feature}.py and its registry line; PR #{number} merged",
+            )
 
     def _merged_on_main(self, registry_text: str) -> set[str]:
         return {f.name for f in self.task.features() if f.registry_line.strip() in registry_text}
