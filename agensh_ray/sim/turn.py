@@ -29,6 +29,9 @@ RELEASE_RE = re.compile(r'^#(\d+) FAIL (w\d+): "release ([\w-]+)', re.M)
 """An entry reads `#12 CLAIM w003: "claim tac: ..."` (agensh_ray.render.fmt_entry: the text quoted)."""
 CONFLICT_RE = re.compile(r"conflicts with main in \d+ file\(s\): (.+?)\.\s", re.S)
 PR_RE = re.compile(r"PR #(\d+)")
+AWAY_RE = re.compile(r"temporarily unavailable|is restarting|did not answer", re.I)
+"""A tool's answer while the forge restarts (its process or its node lost): the call may or may not have been
+done; ask again (or look) rather than give the feature up and leave a PR open."""
 MAX_ATTEMPTS = 2
 """Attempts at a feature whose build raised (a tool or git error, not a failing check) before it is left to peers."""
 
@@ -305,6 +308,13 @@ class Turn:
         opened = await self.tool(
             "pr_create", head=branch, title=f"Add {feature}", body=f"Implements `{feature}`; checks pass."
         )
+        for _ in range(12):
+            if not AWAY_RE.search(opened):
+                break
+            await self.think()  # the forge is restarting: the PR may exist already
+            mine = re.search(rf"PR #(\d+) \[open\] {re.escape(branch)} ", await self.tool("pr_list", state="open"))
+            opened = mine.group(0) if mine else await self.tool(
+                "pr_create", head=branch, title=f"Add {feature}", body=f"Implements `{feature}`; checks pass.")
         m = PR_RE.search(opened)
         if not m:
             await self.note(type="FAIL", text=f"release {feature}: could not open a PR", detail=opened)
@@ -343,8 +353,11 @@ class Turn:
         await self.think()
         for _ in range(attempts):
             res = await self.tool("pr_merge", number=number)
-            if res.startswith("merged:"):
+            if res.startswith("merged:") or f"PR #{number} is merged" in res:  # (a retried merge that was done)
                 return True
+            if AWAY_RE.search(res):  # the forge is restarting: ask again
+                await self.think()
+                continue
             if "conflict" not in res:
                 await self.note(type="FAIL", text=f"release {feature}: merge of PR #{number} failed",
                                 detail=res[:2000])
