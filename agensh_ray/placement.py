@@ -1,6 +1,6 @@
 """Where a run's actors go and when its workers start: the Ray options of one WorkerActor, the resources of
-the services (board, chat, forge, routers), the cluster's capacity check, and the launch schedule. Plain functions of the run's settings (the driver
-applies them)."""
+the services (board, chat, forge, routers), the cluster's capacity check, and the launch schedule. Plain
+functions of the run's settings (the driver applies them)."""
 
 from __future__ import annotations
 

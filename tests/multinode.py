@@ -150,17 +150,27 @@ class LocalCluster:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log and log.exists() else ""
 
     # -- what the GCS knows -------------------------------------------------------------------------
-    def gcs_nodes(self) -> list[dict]:
-        """Every node the GCS knows (alive or dead) as `ray.nodes()` gives them, asked in a process of its
-        own (this process may be a driver of another Ray instance)."""
+    def _ask(self, expr: str):
+        """`expr` evaluated by a driver of this cluster in a process of its own (this process may be a
+        driver of another Ray instance), as JSON."""
         code = ("import json, ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-                "print(json.dumps([{k: n[k] for k in ('NodeID', 'Alive', 'Resources')} for n in ray.nodes()]))"
-                % self.address)
+                "print(json.dumps(%s))" % (self.address, expr))
         out = subprocess.run([self.python, "-c", code], capture_output=True, text=True, timeout=60,
                              env={**os.environ, **QUIET_ENV})
         if out.returncode:
             raise RuntimeError(out.stderr[-2000:])
         return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def gcs_nodes(self) -> list[dict]:
+        """Every node the GCS knows (alive or dead) as `ray.nodes()` gives them."""
+        return self._ask("[{k: n[k] for k in ('NodeID', 'Alive', 'Resources')} for n in ray.nodes()]")
+
+    def gcs_actors(self, name_contains: str) -> dict[str, dict]:
+        """The named actors the GCS knows (dead ones too: their last node) whose name contains
+        `name_contains`: name -> {"node": Ray node id, "state": ALIVE | DEAD | RESTARTING | ...}."""
+        return self._ask("{a['Name']: {'node': a['Address']['NodeID'], 'state': a['State']} "
+                         "for a in __import__('ray._private.state', fromlist=['actors']).actors().values() "
+                         "if %r in (a.get('Name') or '')}" % name_contains)
 
     def node_ids(self) -> dict[str, str]:
         """Each running node's name -> its Ray node id (alive nodes only)."""
