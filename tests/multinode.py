@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -83,6 +84,7 @@ class LocalCluster:
     def __init__(self, root: Path | None = None, python: str = sys.executable, head_env: dict | None = None):
         # Short: Ray's Unix sockets live under each node's temp dir (107 bytes at most for a socket path).
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="agmn-", dir="/tmp"))
+        self._made_root = root is None
         self.python = python
         self.head_env = {**HEALTH_ENV, **(head_env or {})}
         self.nodes: dict[str, Node] = {}
@@ -242,8 +244,11 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        """Stop every node; the temp dirs (the nodes' logs) are removed unless something failed."""
         self.stop()
+        if exc_type is None and self._made_root:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def main() -> None:
@@ -266,7 +271,8 @@ def main() -> None:
         print(f"cluster up at {cluster.address} (temp dirs under {cluster.root}):")
         for name, nid in ids.items():
             print(f"  {name:5s} node {nid}  pid {cluster.nodes[name].proc.pid}  {cluster.nodes[name].resources}")
-        print(f"run: python -m agensh_ray.run --address {cluster.address} --no-ship-code ...; Ctrl-C stops the nodes")
+        print(f"run: python -m agensh_ray.run --address {cluster.address} --no-ship-code ...; Ctrl-C stops the nodes",
+              flush=True)
         try:
             while all(n.alive for n in cluster.nodes.values()):
                 time.sleep(1)
