@@ -183,10 +183,10 @@ class Mirror:
         if now - self._warned_at >= WARN_EVERY_S:
             self._warned_at = now
             size = sum(st.st_size for _, st in todo)
+            waits = f"{len(todo)} files ({size:,} bytes) wait" if todo else "what is written meanwhile waits"
             self._warn(f"object store {self.remote.where} unreachable for {now - self._down_since:.0f} s "
-                       f"({self.report.error}); {len(todo)} files ({size:,} bytes) wait in the local copy "
-                       f"{self.local}, retried every {self.interval_s:g} s: nothing written is lost while "
-                       "that folder survives")
+                       f"({self.report.error}); {waits} in the local copy {self.local}, retried every "
+                       f"{self.interval_s:g} s: nothing written is lost while that folder survives")
 
     def _up(self) -> None:
         self.last_ok = time.time()

@@ -39,12 +39,12 @@ class Shipping:
     def where(self) -> str:
         return self.run_uri or str(self.run_dir)
 
-    def _ship_final(self, summary: dict | None) -> None:
-        """Ship what the store still lacks (bounded by FINAL_SHIP_S); the figures go into `summary`."""
+    def _ship_final(self, summary: dict | None, within: float = FINAL_SHIP_S) -> None:
+        """Ship what the store still lacks (bounded by `within`); the figures go into `summary`."""
         if not self.run_uri:
             return
-        self.say(f"shipping the run folder to {self.run_uri} (at most {FINAL_SHIP_S:.0f} s)")
-        rep = self.mirror.flush(FINAL_SHIP_S, everything=True)
+        self.say(f"shipping the run folder to {self.run_uri} (at most {within:.0f} s)")
+        rep = self.mirror.flush(within, everything=True)
         if summary is not None:
             summary["run_dir"] = self.run_uri
             summary["staging_dir"] = str(self.run_dir)
