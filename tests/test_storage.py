@@ -106,6 +106,16 @@ def test_cli_refuses_unusable_stores_before_ray(s3, capsys, monkeypatch, tmp_pat
     assert "holds an earlier run" in refused(capsys, "--run-dir", f"s3://{BUCKET}/runs", "--run-id", "old")
 
 
+def test_analysis_refuses_a_uri_that_holds_no_run(s3, tmp_path):
+    """The report and the queries say plainly when an s3:// run folder is not one (or the store is away)."""
+    gate, env = s3
+    for uri, why in [(f"s3://{BUCKET}/runs/none", "is not a run folder: it has no config.json"),
+                     (f"s3://{BUCKET}/runs/x?endpoint=http://127.0.0.1:{free_port()}", "cannot be read")]:
+        res = subprocess.run([sys.executable, "-m", "agensh_ray.analysis.report", uri, "--out", str(tmp_path / "r")],
+                             cwd=PROJECT_ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and why in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
 # -- the mirror -----------------------------------------------------------------------------------------------
 
 def test_mirror_ships_buffers_through_an_outage_and_loses_nothing(s3, tmp_path):
