@@ -184,6 +184,35 @@ def test_restore_fetches_a_missing_folder_from_the_store(s3, tmp_path):
     assert (run_dir / "chat" / "chat.jsonl").is_file()
 
 
+def test_a_board_actor_on_a_node_without_the_staging_copy_reloads_its_log(s3, ray_session, tmp_path):
+    """The board actor's own hook: its log shipped, the staging copy gone (another node), a new board actor
+    over the same log path fetches it and numbers on from the entries it held."""
+    from agensh_ray.actors.board import BoardActor, BoardHandle
+    from agensh_ray.models import BoardEntryIn
+
+    gate, env = s3
+    run_dir = storage.staging_parent(f"s3://{BUCKET}/runs") / "r3"
+    log = run_dir / "board" / "board.jsonl"
+    opts = {"runtime_env": {"env_vars": env}, "max_restarts": 0}  # the store's settings in the actor's process
+
+    def board() -> BoardHandle:
+        return BoardHandle(BoardActor.options(**opts).remote(str(log), None, 1.0, time.time(), str(run_dir), "r3"))
+
+    first = board()
+    for i in range(3):
+        first.write(BoardEntryIn(type="FACT", text=f"fact {i}", worker_id="w1"))
+    ray.get(first.actor.close.remote())  # the actor's trace closed: its mirror flushed (board log included)
+    first.kill()
+    assert remote_bytes(storage.run_uri_of(run_dir)[1].uri, "board/board.jsonl") == log.read_bytes()
+    shutil.rmtree(run_dir)
+    second = board()
+    try:
+        assert [e.text for e in second.recent()] == ["fact 0", "fact 1", "fact 2"]
+        assert second.write(BoardEntryIn(type="FACT", text="fact 3", worker_id="w1")).seq == 4
+    finally:
+        second.kill()
+
+
 # -- the whole run --------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
