@@ -4,7 +4,7 @@ a while (`Gate` refuses connections and cuts open ones).
 
 The URI and its checks before Ray starts; the mirror (agensh_ray/mirror.py) shipping appends and rolled
 files, buffering through an outage with a warning, nothing lost; the restore of a missing folder from the
-store (an actor restarted on another node); and the whole demo run on the store, the store gone for 20 s
+store (an actor restarted on another node), through the board actor's own hook too; and the whole demo run on the store, the store gone for 20 s
 mid-run, then the report read from the URI."""
 
 from __future__ import annotations
