@@ -22,6 +22,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
+from agensh_ray import mirror
 from agensh_ray.actors.proxy import AsyncProxy
 from agensh_ray.actors.supervise import whereabouts
 from agensh_ray.board import BoardClient, BoardLimits, BoardService
@@ -39,8 +40,10 @@ DEFAULT_MAX_CONCURRENCY = 4096
 class BoardActor(BoardService):
     """A `BoardService` in its own process. Create it with `get_or_create_board`."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, log_path: str, *args: Any, **kwargs: Any) -> None:
+        # A run on an object store: the log's folder fetched if this node lacks it, then shipped.
+        mirror.attach(os.path.dirname(log_path), restore_missing=True)
+        super().__init__(log_path, *args, **kwargs)
         # Everything alive now (Ray, pydantic, pyarrow, the reloaded board) lives as long as the
         # process: out of the collector's sight, a full collection walks only what came later
         # (measured: full-collection pauses of ~30 ms under write load without this).

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import ray
 
+from agensh_ray import mirror
 from agensh_ray.actors.supervise import whereabouts
 from agensh_ray.services.forge.traced import ForgeTracer
 from agensh_ray.services.registry import make_forge
@@ -32,6 +33,7 @@ from agensh_ray.trace import TraceWriter
 class ForgeActor(ForgeTracer):
     def __init__(self, root: str, run_dir: str, run_id: str, kind: str = "embedded", options: dict | None = None):
         options = dict(options or {})
+        mirror.attach(root, restore_missing=True)  # an object-store run: its state fetched if missing here, shipped
         if kind == "embedded" and options.get("cluster"):
             options["host"] = ray.util.get_node_ip_address()
         super().__init__(make_forge(kind, Path(root), options), TraceWriter(run_dir, "forge", run_id))

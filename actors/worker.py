@@ -14,6 +14,7 @@ from pathlib import Path
 
 import ray
 
+from agensh_ray import mirror
 from agensh_ray.actors.gateway import node_gateway
 from agensh_ray.actors.proxy import AsyncProxy
 from agensh_ray.actors.supervise import whereabouts
@@ -40,6 +41,7 @@ class WorkerActor:
     def __init__(self, host_id, worker_ids, cfg_json, run_dir, run_id, board, chat, forge, clone_urls, start_wall,
                  task_root):
         cfg = RunConfig.model_validate_json(cfg_json)
+        mirror.attach(run_dir, f"logs/{host_id}.*", *(f"logs/{w}.*" for w in worker_ids))  # agents' logs, shipped
         gateway = node_gateway(run_id) if cfg.gateway.enabled else None  # this node's model gateway
         self.host = WorkerHost(
             host_id, worker_ids, cfg, Path(run_dir), run_id, _Services(board, chat, forge, gateway), clone_urls,

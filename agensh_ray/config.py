@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """A run id is one folder name under --run-dir: no path separators, no '..', no leading dot or dash."""
@@ -202,8 +202,15 @@ class RunConfig(BaseModel):
     """Run length in schedule minutes (the deadline)."""
     time_scale: float = 1.0
     """Schedule seconds per wall second; compresses every schedule constant."""
-    run_dir: Path = Path("runs")
-    """Parent folder of the run folders (runs/<run_id>/)."""
+    run_dir: str | Path = Path("runs")
+    """Parent folder of the run folders (runs/<run_id>/): a local path, or an object-store URI as a string
+    (`s3://bucket/prefix`; agensh_ray/storage.py)."""
+
+    @field_validator("run_dir")
+    @classmethod
+    def _run_dir(cls, v: str | Path) -> str | Path:
+        """A URI stays a string (a Path would fold its `//`), anything else is a path."""
+        return Path(v) if isinstance(v, str) and "://" not in v else v
     run_id: str | None = None
     """Run id; default: a timestamp. One folder name: letters, digits, '.', '_', '-' (no path separators,
     not '.' or '..'), at most 128 characters."""

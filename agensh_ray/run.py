@@ -44,6 +44,11 @@ def positive(text: str) -> float:
     return value
 
 
+def run_dir_arg(text: str) -> Path | str:
+    """argparse type: an object store's URI stays a string (agensh_ray/storage.py), anything else a path."""
+    return text if "://" in text else Path(text)
+
+
 def at_least_one(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -93,7 +98,11 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         help=f"schedule seconds per wall second; compresses every schedule constant (default {DEMO_TIME_SCALE:g} "
         "for the sim harness, 1 for real agents)",
     )
-    p.add_argument("--run-dir", type=Path, default=Path("runs"), help="parent folder of run folders")
+    p.add_argument("--run-dir", type=run_dir_arg, default=Path("runs"),
+                   help="parent folder of run folders: a local path, or an object store as s3://bucket/prefix"
+                   "[?endpoint=http://host:port] (endpoint and credentials otherwise from AWS_ENDPOINT_URL, "
+                   "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); the run is written to a local staging "
+                   "copy and shipped there every 2 s (README, 'Where the run goes')")
     p.add_argument("--run-id", default=None,
                    help="run id, the run folder's name under --run-dir (default: a UTC timestamp)")
     p.add_argument("--overwrite", action="store_true",
@@ -203,9 +212,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             sandbox=SandboxConfig(enabled=not a.no_sandbox, read_only=[d.resolve() for d in a.sandbox_read_only]),
         )
         # The run folder, before Ray starts (the default id, a timestamp, is checked by the driver).
-        runfolder.check_parent(cfg.run_dir)
-        if cfg.run_id is not None:
-            runfolder.check_folder(cfg.run_dir, cfg.run_id, cfg.overwrite)
+        runfolder.check_target(cfg.run_dir, cfg.run_id, cfg.overwrite)
         return cfg
     except ValidationError as exc:
         p.error("; ".join(_flag(e["loc"]) + e["msg"].removeprefix("Value error, ") for e in exc.errors()))
@@ -222,9 +229,7 @@ def _from_file(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
         cfg = RunConfig.model_validate_json(a.config.read_text())
         if cfg.model is None:  # as with the flags: the model the harness will ask for, in config.json
             cfg = cfg.model_copy(update={"model": get_harness(cfg.harness).choose_model(None)})
-        runfolder.check_parent(cfg.run_dir)
-        if cfg.run_id is not None:
-            runfolder.check_folder(cfg.run_dir, cfg.run_id, cfg.overwrite)
+        runfolder.check_target(cfg.run_dir, cfg.run_id, cfg.overwrite)
         return cfg
     except ValidationError as exc:
         p.error(f"{a.config}: " + "; ".join(_flag(e["loc"]) + e["msg"].removeprefix("Value error, ")

@@ -5,6 +5,10 @@ run used (it holds config.json) is refused unless `--overwrite`, which empties i
 Reusing a folder without emptying it would start the run on the old board, PRs and clones (whose remotes
 point at the old forge's port). Resuming a run is future work (multi-node runs); today a run starts in a
 new or emptied folder.
+
+`--run-dir s3://bucket/prefix`: the store is checked (reachable, the bucket there and writable, no earlier
+run's folder unless `--overwrite`) and so is the local staging folder the run writes before its mirror
+ships it (agensh_ray/storage.py, agensh_ray/mirror.py).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from agensh_ray import storage
 from agensh_ray.config import check_run_id
 from agensh_ray.errors import RunFolderError
 
@@ -74,3 +79,25 @@ def prepare(run_dir: Path, run_id: str, overwrite: bool) -> Path:
     except OSError as exc:
         raise RunFolderError(f"run folder {folder} cannot be created: {exc.strerror or exc}") from None
     return folder
+
+
+def check_target(run_dir: Path | str, run_id: str | None, overwrite: bool) -> None:
+    """Everything checkable before Ray starts, for a local `--run-dir` or an object store's URI (then its
+    staging folder too); RunFolderError says why not."""
+    if storage.is_uri(run_dir):
+        storage.check(str(run_dir), run_id, overwrite)
+        run_dir = storage.staging_parent(str(run_dir))
+    check_parent(run_dir)
+    if run_id is not None:
+        check_folder(run_dir, run_id, overwrite)
+
+
+def prepare_target(run_dir: Path | str, run_id: str, overwrite: bool) -> Path:
+    """`prepare` for a local `--run-dir`; for a URI, the store checked (and its earlier run emptied with
+    `overwrite`) and the staging copy prepared: the local folder the run writes."""
+    if not storage.is_uri(run_dir):
+        return prepare(Path(run_dir), run_id, overwrite)
+    loc = storage.check(str(run_dir), run_id, overwrite)
+    if overwrite:
+        storage.empty_remote(loc.child(run_id))
+    return prepare(storage.staging_parent(str(run_dir)), run_id, overwrite)

@@ -176,6 +176,15 @@ def _worker_of(ctx: Context) -> str:
     return worker
 
 
+KEEP_ALIVE_S = 300
+"""How long the tool server keeps an idle HTTP connection open. Longer than any agent's HTTP client keeps one
+(httpx, the Python MCP SDK's: 5 s; Node's undici: 4 s; Rust's reqwest: 90 s), so the client always closes an
+idle connection first. With uvicorn's default (5 s, the same as httpx's) both ends closed at once: a client
+could send its next request into a connection the server had just closed, and through a sandbox's relay
+(agensh_ray/agent/relay.py), where the close reaches the agent only after both relay hops have seen it, that
+window lasted as long as the host's loop lagged. The request then failed with "Server disconnected without
+sending a response" (an MCP "Connection closed"): 1,024 sandboxed sim workers lost 224 tool calls so."""
+
 TOKEN_HEADER = "authorization"
 """The header that carries a worker's token (``Bearer <token>``) when its URL does not (``/w/<worker>/mcp``): the
 standard one, which Claude Code keeps out of its MCP logs ("[REDACTED]")."""
@@ -221,7 +230,8 @@ class ToolServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self._port))
         self._port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app, log_level="warning", lifespan="on", access_log=False, interface="asgi3")
+        config = uvicorn.Config(self._app, log_level="warning", lifespan="on", access_log=False, interface="asgi3",
+                                timeout_keep_alive=KEEP_ALIVE_S)
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="mcp-tool-server")
         while not self._server.started:

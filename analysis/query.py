@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agensh_ray.analysis.views import connect, query_names, query_sql, statements
+from agensh_ray.analysis.views import connect, query_names, query_sql, run_folder, statements
 
 
 def main(argv: list[str] | None = None) -> None:
     names = query_names()
     ap = argparse.ArgumentParser(prog="python -m agensh_ray.analysis.query", description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder (runs/<run_id>)")
+    ap.add_argument("run_dir", type=run_folder, metavar="RUN_DIR",
+                    help="a run folder (runs/<run_id>, or s3://bucket/prefix/<run_id>)")
     ap.add_argument("queries", nargs="*", metavar="QUERY", help=f"question files to run (default all): {', '.join(names)}")
     ap.add_argument("--prices", type=Path, default=None, help="price table CSV (default analysis/prices.csv)")
     ap.add_argument("--rows", type=int, default=40, help="rows to print per answer (default 40)")

@@ -26,7 +26,7 @@ from agensh_ray.analysis.plots import (
     plot_scores,
     plot_side_by_side,
 )
-from agensh_ray.analysis.views import parse_percents
+from agensh_ray.analysis.views import parse_percents, run_folder
 from agensh_ray.analysis.time_to_score import plot_time_to_score
 
 __all__ = ["analyse", "build", "main", "write_report"]
@@ -257,8 +257,9 @@ def main(argv: list[str] | None = None) -> None:
         "time; with several runs, final score and time to each score milestone side by side. Also writes every "
         "question's full answer as CSV under OUT/data/.",
     )
-    ap.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
-                    help="a run folder (runs/<run_id>, with trace/ inside); finished or still running")
+    ap.add_argument("run_dirs", nargs="+", type=run_folder, metavar="RUN_DIR",
+                    help="a run folder (runs/<run_id>, with trace/ inside), or one on an object store "
+                    "(s3://bucket/prefix/<run_id>, downloaded first); finished or still running")
     ap.add_argument("--out", type=Path, required=True, metavar="DIR",
                     help="where to write report.html, report.md, img/ and data/")
     ap.add_argument("--prices", type=Path, default=None, metavar="CSV",

@@ -21,6 +21,8 @@ from pathlib import Path
 import duckdb
 
 from agensh_ray.config import worker_ids
+from agensh_ray.errors import RunFolderError
+from agensh_ray.storage import fetch_run
 from agensh_ray.trace import SCHEMAS, TABLES
 
 HERE = Path(__file__).parent
@@ -147,6 +149,16 @@ def sql_literal(v) -> str:
     return repr(v)
 
 
+def run_folder(text: str) -> Path:
+    """argparse type of the command lines' RUN_DIR: a local run folder, or an object store's run folder
+    (`s3://bucket/prefix/<run_id>`), downloaded first into a local cache (changed files only; DuckDB then
+    reads it as a local folder: its httpfs extension is not installed here; agensh_ray/storage.py)."""
+    try:
+        return fetch_run(text)
+    except RunFolderError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def connect(
     run_dir: str | Path,
     con: duckdb.DuckDBPyConnection | None = None,
@@ -154,8 +166,9 @@ def connect(
     milestones: list[float] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the trace views of `run_dir` (a runs/<run_id> folder), set up with
-    `settings()` (the price table, the run's workers, the score milestones)."""
-    run_dir = Path(run_dir)
+    `settings()` (the price table, the run's workers, the score milestones). An `s3://...` run folder is
+    downloaded first (`run_folder`)."""
+    run_dir = fetch_run(run_dir)
     if not (run_dir / "trace").is_dir():
         raise FileNotFoundError(f"{run_dir} has no trace/ folder: is it a run folder (runs/<run_id>)?")
     cfg = read_config(run_dir)
@@ -220,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         "(--settings RUN_DIR), as connect() does in Python.",
     )
     ap.add_argument("--write", action="store_true", help="rewrite the generated part of views.sql")
-    ap.add_argument("--settings", type=Path, metavar="RUN_DIR",
+    ap.add_argument("--settings", type=run_folder, metavar="RUN_DIR",
                     help="print the run's settings (run folder, price table, worker ids, milestones) as SQL")
     ap.add_argument("--prices", type=Path, default=None, metavar="CSV", help="with --settings: the price table")
     ap.add_argument("--milestones", default=None, metavar="PCTS",

@@ -9,7 +9,8 @@ chat. No launch stagger, so `launch_s` measures bringing every worker up.
 
 Prints the machine facts, progress, and as its last line one JSON object:
 workers, nodes, launch_s, first_turn_all_s, peak_rss_mib, fanout_p99_ms,
-board_post_p99_ms, deliveries_per_s, prs_merged, wall_s, sandbox (whether the
+board_post_p99_ms, deliveries_per_s, prs_merged, score, turn_errors, the median board_read as
+the agent waited for it and as the tool server served it, wall_s, sandbox (whether the
 hosts' sim agent processes ran in their bubblewrap sandbox: on by default, as in a
 run; `--no-sandbox` for the figures without it), and two memory cross-checks (see
 bench/common.py MemorySampler: peak_rss_mib is the process tree's summed PSS;
@@ -158,6 +159,11 @@ def main() -> None:
     posts = [r[0] for r in con.execute(
         "SELECT duration_ms FROM tool_calls WHERE source = 'mcp' AND tool = 'board_write'"
     ).fetchall()]
+    def median_call(source: str) -> float | None:
+        v = con.execute("SELECT median(duration_ms) FROM tool_calls WHERE source = ? AND tool LIKE '%board_read'",
+                        [source]).fetchone()[0]
+        return round(v, 1) if v is not None else None
+
     result = {
         "workers": args.workers,
         "nodes": args.nodes,
@@ -168,6 +174,12 @@ def main() -> None:
         "board_post_p99_ms": round(percentile(posts, 0.99), 1) if posts else None,
         "deliveries_per_s": round(deliveries / span, 1) if span else None,
         "prs_merged": summary["prs_merged"],
+        "score": summary.get("score"),
+        "turn_errors": summary.get("turn_errors"),
+        # One tool call as the agent waited for it and as the tool server served it: the gap is the
+        # transport (the MCP client, the sandbox's relay, the host's loop), not the board.
+        "board_read_agent_ms": median_call("agent"),
+        "board_read_server_ms": median_call("mcp"),
         "wall_s": round(wall, 1),
         "sandbox": not args.no_sandbox,
         "peak_rss_sum_mib": round(mem.peak_rss_sum / 2**20),

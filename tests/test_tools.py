@@ -105,3 +105,28 @@ async def test_unknown_worker_or_wrong_token_is_refused(host):
         assert r.status_code == 404
         r = await c.post(f"{base}/w/w999/{host.workers['w001'].token}/mcp", json={})
         assert r.status_code == 404
+
+
+async def test_an_idle_connection_outlives_the_agents_http_clients(host):
+    """The server never closes an idle keep-alive connection before the agent's client would (httpx: 5 s,
+    reqwest: 90 s): with uvicorn's 5 s both closed at once, and through a sandbox's relay a request sent into
+    the just-closed connection failed ("Server disconnected without sending a response")."""
+    import asyncio
+
+    from agensh_ray.tools import KEEP_ALIVE_S
+
+    assert KEEP_ALIVE_S > 90
+    base = url(host).rsplit("/w/", 1)[0].removeprefix("http://")
+    h, _, port = base.partition(":")
+    reader, writer = await asyncio.open_connection(h, int(port))
+    request = f"GET /w/w001/not-the-token/mcp HTTP/1.1\r\nHost: {base}\r\n\r\n".encode()
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404") and b"connection: close" not in head.lower()
+    assert b"transfer-encoding: chunked" in head.lower()
+    await reader.readuntil(b"\r\n0\r\n\r\n")  # the body's last chunk
+    with pytest.raises(TimeoutError):  # 6.5 s idle (past uvicorn's default 5 s): neither data nor EOF
+        await asyncio.wait_for(reader.read(1), 6.5)
+    writer.write(request)  # and the same connection still answers
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 404")
+    writer.close()

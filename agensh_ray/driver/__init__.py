@@ -12,17 +12,16 @@ import sys
 import time
 from collections import Counter
 from datetime import datetime, timezone
-from pathlib import Path
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from agensh_ray import runfolder
 from agensh_ray.actors.supervise import Watch, call
 from agensh_ray.board import BoardLimits
 from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.driver.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.driver.health import Health
+from agensh_ray.driver.shipping import Shipping
 from agensh_ray.driver.summary import Summary
 from agensh_ray.errors import ForcedStop
 from agensh_ray.paths import PROJECT_ROOT
@@ -40,14 +39,14 @@ log = logging.getLogger("agensh.run")
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
 
 
-class Run(Health, Ending, Summary):
+class Run(Health, Ending, Summary, Shipping):
     def __init__(self, cfg: RunConfig, task: Task, out=sys.stdout, verbose: bool = False):
         self.cfg = cfg
         self.verbose = verbose
         self.task = task
         self.out = out
         self.run_id = cfg.run_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.run_dir = (Path(cfg.run_dir) / self.run_id).resolve()
+        self.run_dir = self._locate()  # an object-store run: its local staging copy (driver/shipping.py)
         self.workers = worker_ids(cfg.workers)
         self.t0 = 0.0
         self._types: Counter = Counter()
@@ -256,11 +255,11 @@ class Run(Health, Ending, Summary):
             self.interrupts.restore()
 
     def _execute(self) -> dict | None:
-        runfolder.prepare(self.cfg.run_dir, self.run_id, self.cfg.overwrite)
+        self._prepare_folder()
         self.t0 = time.time()
         self.say(
             f"run {self.run_id}: {len(self.workers)} workers, harness {self.cfg.harness}, task {self.task.name}, "
-            f"{self.cfg.minutes:g} schedule minutes at time scale {self.cfg.time_scale:g} -> {self.run_dir}"
+            f"{self.cfg.minutes:g} schedule minutes at time scale {self.cfg.time_scale:g} -> {self.where}"
         )
         (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         from agensh_ray.agent.harness import gateway_decision
@@ -296,6 +295,8 @@ class Run(Health, Ending, Summary):
             self.say(f"{signal.Signals(stop.signum).name} again: forced stop (actors killed, no final score)")
             self._teardown(force=True)
             self._write_partial_summary("interrupted")
+            self._ship_final(None, within=10.0)  # forced: a short try; the rest stays in the staging copy
+            self._ship_summary()
             return None
         except BaseException:
             self._teardown()
@@ -303,7 +304,9 @@ class Run(Health, Ending, Summary):
         self._teardown()
         if self.interrupts.requested:
             summary["signal"] = self.interrupts.name
+        self._ship_final(summary)
         self._print_summary(summary)
+        self._ship_summary()
         return summary
 
     def _teardown(self, force: bool = False) -> None:

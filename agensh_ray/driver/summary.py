@@ -74,6 +74,9 @@ class Summary:
             f"  score          {s['score']:.1%} of hidden tests ({s['tests_passed']}/{s['tests_total']}), ProgramBench's "
             f"score; {s.get('checkpoints', 0)} checkpoints in checkpoints/",
             f"  run folder     {s['run_dir']}",
+            *([f"  object store   {st['pending']} files not shipped ({st['error']}): they are in {s['staging_dir']}"
+               if st["pending"] else f"  object store   everything shipped ({st['outages']} outages, {st['outage_s']} s "
+               f"unreachable); local staging copy {s['staging_dir']}"] if (st := s.get("storage")) else []),
             f"  query it:      python -m agensh_ray.analysis.query {s['run_dir']} merges  (no name: every question)",
         ]
         print("\n".join(lines), file=self.out, flush=True)

@@ -4,7 +4,8 @@ No central writer: whoever produces a row writes it, into
 ``<run_dir>/trace/<table>/<writer>-<pid>-<nonce>-<n>.parquet``. Files are rewritten atomically at
 every flush (so DuckDB can query a run still in progress) and roll by time window or row count
 (so a long run leaves few, large files). The columns and their types come from the row models
-(agensh_ray.trace.rows).
+(agensh_ray.trace.rows). A run on an object store: the files are written to the local staging copy and
+this process's mirror ships them (agensh_ray/mirror.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agensh_ray import mirror
 from agensh_ray.trace.rows import SCHEMAS, TABLES, TraceRow
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ class TraceWriter:
         self._full = threading.Event()
         """A table's window is full: the flush thread rolls it now, not the writer (whose thread may be
         an actor's event loop, stalled for tens of ms by a 50,000-row Parquet write)."""
+        self._mirror = mirror.attach(self.run_dir, f"trace/*/{self.writer}-*.parquet")
+        """A run on an object store: this process's mirror ships these files (agensh_ray/mirror.py)."""
         self._thread = None
         if flush_interval_s > 0:
             self._thread = threading.Thread(
@@ -146,6 +150,8 @@ class TraceWriter:
         self._closed.set()
         self._full.set()  # wake the flush thread so it ends
         self.flush()
+        if self._mirror is not None:  # what this process wrote, shipped now (bounded: the store may be away)
+            self._mirror.flush(timeout_s=10.0)
 
 
 _TABLE_OF = {model: table for table, model in TABLES.items()}
