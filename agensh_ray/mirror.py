@@ -65,6 +65,7 @@ class Mirror:
         self._sent: dict[str, tuple[int, int]] = {}
         """Relative path -> (size, mtime_ns) as last uploaded."""
         self._lock = threading.Lock()
+        self._owned_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.report = Report()
@@ -81,7 +82,8 @@ class Mirror:
 
     def own(self, *globs: str) -> None:
         """Ship the files matching these globs (relative to the run folder; `board/**/*` a whole subtree)."""
-        self._owned.update(globs)
+        with self._owned_lock:  # the thread iterates a copy (not `_lock`: that one is held while uploading)
+            self._owned = self._owned | set(globs)
 
     def start(self) -> Mirror:
         if self._thread is None:
@@ -96,7 +98,9 @@ class Mirror:
         if everything:
             paths = (p for p in self.local.rglob("*") if p.relative_to(self.local).parts[0] not in NOT_SHIPPED)
         else:
-            paths = (p for g in sorted(self._owned) for p in self.local.glob(g))
+            with self._owned_lock:
+                owned = sorted(self._owned)
+            paths = (p for g in owned for p in self.local.glob(g))
         for p in paths:
             if p.name.endswith(SKIP_SUFFIXES):
                 continue
@@ -157,7 +161,9 @@ class Mirror:
                     st = (self.local / rel).stat()
                 except OSError:
                     continue
-                if st.st_size == info.size:
+                # As long on the store, or longer (another node's process shipped a later copy: the logs only
+                # grow): this process's copy is never sent over it.
+                if st.st_size <= info.size:
                     self._sent[rel] = (st.st_size, st.st_mtime_ns)
 
     def _upload(self, rel: str, st: os.stat_result, lag: bool = True) -> None:

@@ -171,6 +171,9 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         return _from_file(p, a)
     if (a.forge != "embedded" or a.chat != "embedded") and a.secrets is None:
         p.error(f"--forge {a.forge} --chat {a.chat} needs --secrets (from python -m agensh_ray.bootstrap)")
+    if a.services_resource and not a.address:
+        p.error("--services-resource names a resource of a cluster's nodes: it needs --address (a local Ray "
+                "instance declares none)")
     global VERBOSE
     VERBOSE = a.verbose
     # `is not None`: a 0 must be refused (the types above), never read as "not given".

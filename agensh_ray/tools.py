@@ -253,5 +253,7 @@ class ToolServer:
 
 
 async def _not_found(send) -> None:
-    await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
-    await send({"type": "http.response.body", "body": b"unknown worker endpoint"})
+    body = b"unknown worker endpoint"
+    await send({"type": "http.response.start", "status": 404,
+                "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

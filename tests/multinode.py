@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from agensh_ray.services.fakes import free_port
 
 HEALTH_ENV = {
     "RAY_health_check_initial_delay_ms": "1000",
@@ -50,12 +51,6 @@ QUIET_ENV = {
     "RAY_enable_worker_prestart": "0",
     "RAY_prestart_worker_first_driver": "0",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_resource(name: str) -> str:
@@ -191,18 +186,22 @@ class LocalCluster:
         whatever names the node's temp dir in its command line."""
         node = self.nodes[name]
         found: dict[int, psutil.Process] = {}
-        if node.proc is not None:
+        # Its pid (and process group id) only while `ray start` is not reaped: once it is, the number may
+        # belong to someone else's process on this shared machine.
+        leader = node.proc.pid if node.proc is not None and node.proc.poll() is None else None
+        if leader is not None:
             try:
-                top = psutil.Process(node.proc.pid)
+                top = psutil.Process(leader)
                 for p in [top, *top.children(recursive=True)]:
                     found[p.pid] = p
             except psutil.Error:
                 pass
         for p in psutil.process_iter(["pid", "cmdline"]):
             try:
-                if node.proc is not None and os.getpgid(p.pid) == node.proc.pid:
+                line = " ".join(p.info["cmdline"] or ()) + " "
+                if leader is not None and os.getpgid(p.pid) == leader:
                     found[p.pid] = p
-                elif str(node.temp_dir) in " ".join(p.info["cmdline"] or ()):
+                elif f"{node.temp_dir}/" in line or f"{node.temp_dir} " in line:  # n1, not n10
                     found[p.pid] = p
             except (psutil.Error, OSError):
                 continue

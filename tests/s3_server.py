@@ -13,13 +13,8 @@ import sys
 import threading
 from pathlib import Path
 
+from agensh_ray.services.fakes import free_port
 from tests.support import wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answers(port: int) -> bool:
@@ -34,12 +29,18 @@ class MotoServer:
     def __init__(self, log: Path):
         self.port = free_port()
         exe = Path(sys.executable).with_name("moto_server")
+        self._log = open(log, "wb")
         self.proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: answers(self.port) or self.proc.poll() is not None, 30, "moto_server to listen")
-        assert self.proc.poll() is None, log.read_text()
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for(lambda: answers(self.port) or self.proc.poll() is not None, 30, "moto_server to listen")
+            assert self.proc.poll() is None, log.read_text()
+        except BaseException:
+            self.stop()  # a server that did not come up is not left behind
+            raise
 
     def stop(self) -> None:
+        self._log.close()
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
             try:

@@ -74,6 +74,12 @@ def test_run_dir_under_a_file_is_refused(capsys, tmp_path):
     assert f"--run-dir {f / 'runs'} cannot be used: Not a directory" in err
 
 
+def test_a_services_resource_without_a_cluster_is_refused(capsys, tmp_path):
+    """A local Ray instance declares no custom resource: refused before Ray starts, not after."""
+    err = refused(capsys, "--services-resource", "services", "--run-dir", str(tmp_path))
+    assert "--services-resource names a resource of a cluster's nodes: it needs --address" in err
+
+
 @pytest.mark.parametrize("where", ["/proc/agensh-runs", "/sys/agensh-runs", "/dev/shm/../agensh-runs"])
 def test_run_dir_under_a_kernel_filesystem_is_refused(capsys, where):
     err = refused(capsys, "--run-dir", where)

@@ -202,7 +202,11 @@ def test_the_board_node_lost_the_board_comes_back_elsewhere_from_its_log(local_c
     placed = _placed(r.dir)
     assert name in ("n1", "n2") and {placed[s] for s in SERVICES if s in placed} <= {ids["n1"], ids["n2"]}, placed
     pids = local_cluster.kill_node(name)
-    summary = r.finish()
+    try:
+        summary = r.finish()
+    finally:
+        local_cluster.restart_node(name)  # 3 nodes again, whatever runs next
+        local_cluster.wait_for_nodes()
     out = r.output()
     assert pids and summary["score"] == calm_summary["score"], out
     for table, log in (("board", r.dir / "board" / "board.jsonl"), ("messages", r.dir / "chat" / "chat.jsonl"),

@@ -39,8 +39,9 @@ def s3(tmp_path, monkeypatch):
     """moto_server behind a Gate, a bucket, and the settings a run reads (endpoint and credentials in the
     environment, staging and cache folders under tmp_path)."""
     server = MotoServer(tmp_path / "moto.log")
-    gate = Gate(server.port)
+    gate = None
     try:
+        gate = Gate(server.port)
         env = {**CREDS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{gate.port}",
                "AGENSH_STAGING_DIR": str(tmp_path / "staging"), "AGENSH_CACHE_DIR": str(tmp_path / "cache")}
         for k, v in env.items():
@@ -53,7 +54,8 @@ def s3(tmp_path, monkeypatch):
         yield gate, env
     finally:
         mirror.close_all(timeout_s=0)
-        gate.close()
+        if gate is not None:
+            gate.close()
         server.stop()
 
 
