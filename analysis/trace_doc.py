@@ -95,10 +95,11 @@ def _schema_history() -> str:
     head, sep, rest = src.partition("SCHEMA_VERSION = ")
     if not sep:
         return ""
-    lines = rest.splitlines()[1:]
-    if lines and lines[0].strip().startswith('"""'):
-        return "Versions: " + lines[0].strip().strip('"')
-    return ""
+    body = rest.split("\n", 1)[1].lstrip() if "\n" in rest else ""
+    if not body.startswith('"""'):
+        return ""
+    text = body[3:].split('"""', 1)[0]  # the whole docstring: one line per version
+    return "Versions: " + " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def main(argv: list[str] | None = None) -> None:
