@@ -82,6 +82,8 @@ class _Watched:
     lost: bool = False
     pending: Any = None
     since: float = field(default_factory=time.monotonic)
+    announce: list = field(default_factory=list)
+    """Changes to report at the next poll (its placement, when its first answer came with `add`)."""
 
 
 class Watch:
@@ -91,9 +93,16 @@ class Watch:
         self.actors: dict[str, _Watched] = {}
         self.restarts = 0
 
-    def add(self, name: str, ask: Callable[[], Any], pid: int | None = None) -> None:
-        """Watch `name`; `ask()` sends a call that answers the actor's pid (its first value, if known)."""
-        self.actors[name] = _Watched(name, ask, pid)
+    def add(self, name: str, ask: Callable[[], Any], first: Any = None) -> None:
+        """Watch `name`; `ask()` sends a call that answers the actor's pid, or its `where()` (pid and node).
+        `first`: an answer already had (taken as the actor started), so a death before the first poll is
+        reported as one (a new pid), not read as the actor's first placement."""
+        w = self.actors[name] = _Watched(name, ask)
+        if first is not None:
+            node = (first.get("node") or "") if isinstance(first, dict) else ""
+            w.pid, w.node = (first.get("pid") if isinstance(first, dict) else first), node
+            if node:
+                w.announce.append(Change(name, "placed", w.pid, f"placed on node {node[:12]}", node))
 
     def away(self) -> list[str]:
         return sorted(n for n, w in self.actors.items() if w.away and not w.lost)
@@ -103,6 +112,8 @@ class Watch:
         return what changed since the last poll."""
         changes: list[Change] = []
         for w in self.actors.values():
+            changes += w.announce
+            w.announce = []
             if w.pending is None and not w.lost:
                 try:
                     w.pending = w.ask()

@@ -141,8 +141,8 @@ class Run(Health, Ending, Summary, Shipping):
             )
             self.hosts[hid] = (handle, ws)
         ray.get([h.start.remote() for h, _ in self.hosts.values()])
-        for hid, (h, _) in self.hosts.items():
-            self.watch.add(f"host {hid}", lambda h=h: h.where.remote())
+        for (hid, (h, _)), where in zip(self.hosts.items(), ray.get([h.where.remote() for h, _ in self.hosts.values()])):
+            self.watch.add(f"host {hid}", lambda h=h: h.where.remote(), where)
         # The baseline has no routers: nothing to route to a lone agent (its host queues its own prompts).
         n = 0 if self.cfg.baseline else max(1, min(self.cfg.routing.routers, len(self.hosts)))
         slices: list[dict] = [{} for _ in range(n)]
@@ -157,8 +157,8 @@ class Run(Health, Ending, Summary, Shipping):
             for i, s in enumerate(slices)
         ]
         ray.get([r.ensure_started.remote() for r in self.routers])
-        for i, r in enumerate(self.routers):
-            self.watch.add(f"router r{i}", lambda r=r: r.where.remote())
+        for i, (r, where) in enumerate(zip(self.routers, ray.get([r.where.remote() for r in self.routers]))):
+            self.watch.add(f"router r{i}", lambda r=r: r.where.remote(), where)
         self.host_of = {w: h for h, (_, ws) in self.hosts.items() for w in ws}
         # The schedule (launch offsets, wind-down, deadline) starts now that the hosts and routers are
         # up: their start-up on a loaded machine (each a new process; tens of seconds at load 15) must
