@@ -106,8 +106,8 @@ class Writer:
                 full[f.name] = pa.array([RUN_ID] * n) if n else pa.array([], pa.string())
             elif f.name == "schema_version":
                 full[f.name] = pa.array(np.full(n, SCHEMA_VERSION, np.int64))
-            elif f.name == "event_id":
-                full[f.name] = pa.array([""] * n)
+            elif f.name == "event_id" or (not f.nullable and pa.types.is_string(f.type)):
+                full[f.name] = pa.array([""] * n, pa.string())  # e.g. lifecycle.node: "" where unknown
             else:
                 full[f.name] = pa.nulls(n, f.type)
         tbl = pa.table({k: (v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)) for k, v in full.items()})
