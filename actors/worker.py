@@ -67,6 +67,10 @@ class WorkerActor:
     def cursors(self) -> dict[str, int]:
         return self.host.cursors()
 
+    def seed_cursors(self, cursors: dict[str, int]) -> None:
+        """Start delivery at these source positions (a resumed run: what came before is in the hand-offs)."""
+        self.host.inbox.accept([], cursors)
+
     def status(self) -> dict[str, int]:
         """The host's counters, plus `pid` and `started` (0 in a process Ray has just restarted)."""
         return {**self.host.status(), "pid": os.getpid(), "started": int(self.host.started)}

@@ -217,6 +217,9 @@ class RunConfig(BaseModel):
     overwrite: bool = False
     """Reuse the run folder of an earlier run (one holding config.json) after removing its contents;
     without it such a folder is refused."""
+    resume: bool = False
+    """Go on with the run of this `run_id` whose driver died (`--resume`; agensh_ray/driver/resume.py): its
+    folder, its config.json and its schedule. Set by the command line, never stored."""
     seed: int = 0
     """Seed of every random choice (the sim agent's included)."""
     forge: str = "embedded"

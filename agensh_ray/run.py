@@ -107,7 +107,11 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
                    help="run id, the run folder's name under --run-dir (default: a UTC timestamp)")
     p.add_argument("--overwrite", action="store_true",
                    help="reuse the folder of an earlier run with this --run-id, removing its contents first "
-                   "(without it such a folder is refused; resuming a run is not supported yet)")
+                   "(without it such a folder is refused; --resume goes on with it instead)")
+    p.add_argument("--resume", default=None, metavar="RUN_ID",
+                   help="go on with the run RUN_ID under --run-dir whose driver died (killed, its machine lost): "
+                   "its settings from its config.json, its schedule from its start, its board, chat, forge and "
+                   "clones as they are; only --run-dir, --address, --no-ship-code and -v may come with it")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     # -- services (services/registry.py; production: services/README.md) --
     from agensh_ray.services.registry import CHATS, FORGES
@@ -167,6 +171,8 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
                    "configs/<cell>.json; agensh_ray/config.py) instead of the flags above (only -v still applies)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     a = p.parse_args(argv)
+    if a.resume is not None:
+        return _resume(p, a)
     if a.config is not None:
         return _from_file(p, a)
     if (a.forge != "embedded" or a.chat != "embedded") and a.secrets is None:
@@ -239,6 +245,43 @@ def _from_file(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
                                              for e in exc.errors()))
     except (RunFolderError, HarnessError, OSError) as exc:
         p.error(str(exc))
+
+
+RESUME_FLAGS = ("resume", "run_dir", "address", "no_ship_code", "verbose")
+"""What may come with --resume (the rest of the run's settings are in its config.json)."""
+
+
+def _resume(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
+    """--resume RUN_ID: the run's own config.json, with this command line's Ray address; the folder checked
+    resumable (agensh_ray/driver/resume.py) before Ray starts."""
+    global VERBOSE
+    VERBOSE = a.verbose
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    defaults = vars(p.parse_args([]))
+    given = {d for d, v in vars(a).items() if d not in RESUME_FLAGS and v != defaults.get(d)}
+    flag = {}
+    for act in p._actions:  # one flag per setting (--gateway and --no-gateway set the same one)
+        if act.dest in given and act.option_strings:
+            flag.setdefault(act.dest, act.option_strings[0])
+    extra = sorted(flag.values())
+    if extra:
+        p.error(f"--resume goes on with the run's own settings (its config.json): drop {', '.join(extra)}")
+    from agensh_ray import storage
+    from agensh_ray.driver.resume import read_state
+
+    try:
+        parent = storage.staging_parent(str(a.run_dir)) if storage.is_uri(a.run_dir) else Path(a.run_dir)
+        folder = runfolder.check_folder(parent, a.resume, overwrite=True)
+        read_state(folder)
+        cfg = RunConfig.model_validate_json((folder / "config.json").read_text())
+    except ValidationError as exc:
+        p.error(f"{folder / 'config.json'}: " + "; ".join(_flag(e["loc"]) + e["msg"] for e in exc.errors()))
+    except (RunFolderError, OSError) as exc:
+        p.error(str(exc))
+    # the --run-dir given now (it holds the run; the one in config.json may be relative to another folder)
+    return cfg.model_copy(update={"resume": True, "overwrite": False, "run_dir": a.run_dir, "run_id": a.resume,
+                                  "address": a.address if a.address is not None else cfg.address,
+                                  "ship_code": cfg.ship_code and not a.no_ship_code})
 
 
 FLAGS = {"think_s": "--think", "bug_rate": "--bug-rate", "routers": "--routers", "launch_interval_s":

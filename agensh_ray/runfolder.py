@@ -2,9 +2,8 @@
 (not a file, not under a kernel filesystem), the run folder must be inside it, and a folder an earlier
 run used (it holds config.json) is refused unless `--overwrite`, which empties it first.
 
-Reusing a folder without emptying it would start the run on the old board, PRs and clones (whose remotes
-point at the old forge's port). Resuming a run is future work (multi-node runs); today a run starts in a
-new or emptied folder.
+Reusing a folder without emptying it would start a new run on the old board, PRs and clones. A run whose
+driver died goes on in its folder with `--resume RUN_ID` (agensh_ray/driver/resume.py checks that folder).
 
 `--run-dir s3://bucket/prefix`: the store is checked (reachable, the bucket there and writable, no earlier
 run's folder unless `--overwrite`) and so is the local staging folder the run writes before its mirror
@@ -61,7 +60,7 @@ def check_folder(run_dir: Path, run_id: str, overwrite: bool) -> Path:
     if (folder / MARK).exists() and not overwrite:
         raise RunFolderError(
             f"run folder {folder} holds an earlier run (its {MARK}): choose another --run-id, or pass "
-            "--overwrite to remove its contents first (resuming a run is not supported yet)")
+            f"--overwrite to remove its contents first, or --resume {run_id} to go on with it if its driver died")
     return folder
 
 

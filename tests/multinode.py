@@ -107,16 +107,23 @@ class LocalCluster:
 
     def _start(self, node: Node, args: list[str], env: dict) -> None:
         node.temp_dir.mkdir(parents=True, exist_ok=True)
-        node.ports = {k: free_port() for k in ("node-manager", "object-manager", "metrics-export",
-                                               "dashboard-agent-listen", "dashboard-agent-grpc",
-                                               "runtime-env-agent", "ray-client-server")}
-        base = free_port()
+        lo = 10000 + free_port() % 40000
+        workers = range(lo, lo + 200)  # this node's workers' ports: none of its components' may fall in them
+
+        def port() -> int:
+            while (p := free_port()) in workers:
+                pass
+            return p
+
+        node.ports = {k: port() for k in ("node-manager", "object-manager", "metrics-export",
+                                          "dashboard-agent-listen", "dashboard-agent-grpc",
+                                          "runtime-env-agent", "ray-client-server")}
         cmd = [self.python, "-m", "ray.scripts.scripts", "start", "--block", *args,
                f"--num-cpus={node.num_cpus}", f"--resources={json.dumps(node.resources)}",
                f"--temp-dir={node.temp_dir}", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
                *(f"--{k}-port={v}" for k, v in node.ports.items()),
                # workers' ports: a range of this node's own, away from the others' (bind-checked above)
-               f"--min-worker-port={10000 + base % 40000}", f"--max-worker-port={10000 + base % 40000 + 199}"]
+               f"--min-worker-port={workers[0]}", f"--max-worker-port={workers[-1]}"]
         node.log = self.root / f"{node.name}.log"
         with open(node.log, "ab") as out:
             node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

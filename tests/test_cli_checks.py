@@ -170,3 +170,47 @@ def test_a_config_file_is_checked_as_the_flags_are(capsys, tmp_path):
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "config.json").write_text("{}")  # an earlier run's folder, and no overwrite in the file
     assert "--overwrite" in refused(capsys, "--config", str(good))
+
+
+def _killed_run(folder: Path, **state) -> None:
+    """What a run whose driver was SIGKILLed leaves: its config.json and driver.json, no summary.json."""
+    from agensh_ray.driver.resume import DriverState
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(RunConfig(run_id=folder.name, run_dir=folder.parent).model_dump_json())
+    fields = dict(run_id=folder.name, pid=2**22 + 1, hostname="elsewhere", t0=1.0, start_wall=2.0) | state
+    (folder / "driver.json").write_text(DriverState(**fields).model_dump_json())
+
+
+def test_resume_takes_the_runs_own_settings_and_refuses_others(capsys, tmp_path):
+    _killed_run(tmp_path / "r1")
+    cfg = parse_args(["--resume", "r1", "--run-dir", str(tmp_path), "--address", "10.0.0.1:6379"])
+    assert cfg.resume and cfg.run_id == "r1" and cfg.address == "10.0.0.1:6379" and not cfg.overwrite
+    err = refused(capsys, "--resume", "r1", "--run-dir", str(tmp_path), "--workers", "3", "--no-gateway")
+    assert "--resume goes on with the run's own settings (its config.json): drop --gateway, --workers" in err
+
+
+def test_resume_refuses_a_run_that_is_missing_finished_not_started_or_still_driven(capsys, tmp_path):
+    assert "nothing to resume in" in refused(capsys, "--resume", "nope", "--run-dir", str(tmp_path))
+    _killed_run(tmp_path / "done")
+    (tmp_path / "done" / "summary.json").write_text("{}")
+    assert "run done has finished" in refused(capsys, "--resume", "done", "--run-dir", str(tmp_path))
+    _killed_run(tmp_path / "early")
+    (tmp_path / "early" / "driver.json").unlink()
+    err = refused(capsys, "--resume", "early", "--run-dir", str(tmp_path))
+    assert "stopped before its workers were up" in err and "--overwrite" in err
+    # its driver is still running on this machine (a process whose command line is a run's driver)
+    import socket
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "agensh_ray.run"])
+    try:
+        _killed_run(tmp_path / "live", pid=proc.pid, hostname=socket.gethostname())
+        err = refused(capsys, "--resume", "live", "--run-dir", str(tmp_path))
+        assert f"driver (pid {proc.pid}) is still running" in err
+    finally:
+        proc.kill()
+        proc.wait()
+    # a driver.json that is not one: said, not a traceback
+    _killed_run(tmp_path / "bad")
+    (tmp_path / "bad" / "driver.json").write_text("{not json")
+    assert "is not a driver state" in refused(capsys, "--resume", "bad", "--run-dir", str(tmp_path))

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN_ID = "ray-up-test"
 SHARED_RUNS = "/mnt/agensh/runs"  # the hosts' shared folder (an NFS mount on real hosts)
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]  # its steps bound themselves; cleanup of two hosts is slow on a loaded machine
+pytestmark = [pytest.mark.ray_up, pytest.mark.slow, pytest.mark.timeout(600)]  # its steps bound themselves; cleanup of two hosts is slow on a loaded machine
 
 
 def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):

@@ -1,10 +1,12 @@
-"""Real multi-node behaviour (marker `cluster`): a run across 3 Ray nodes of this machine
-(`tests/multinode.py`, the `local_cluster` fixture), its driver the real CLI (`python -m agensh_ray.run
---address ...`) in a process of its own. Where Ray put the actors (the services on their node, the hosts
-spread by `agent_slot`), then every process of one worker node SIGKILLed mid-run: the run finishes with the
-score of the undisturbed run of the same seed, the board's log is in the trace exactly once, and `lifecycle`
-shows the lost hosts' workers and the node they came back on. The kill matrix's helpers (tests/test_faults.py)
-compare logs and traces."""
+"""Real multi-node behaviour (marker `cluster`): runs across 3 Ray nodes of this machine
+(`tests/multinode.py`, the `local_cluster` fixture), each driver the real CLI (`python -m agensh_ray.run
+--address ...`) in a process of its own. Three runs: the calm one (where Ray put the actors: the services on
+the driver's node, the hosts spread by `agent_slot`); one with the services on the worker nodes declaring
+`services`, where every process of the board's node (a worker node: it has hosts too) is SIGKILLed mid-run:
+the run finishes with the calm run's score, the board, chat and forge logs are in the trace exactly once, and
+`lifecycle` shows the lost hosts' workers and the board on the node they came back on; one whose driver is
+SIGKILLed mid-run and started again with `--resume`. The kill matrix's helpers (tests/test_faults.py) compare
+logs and traces."""
 
 from __future__ import annotations
 
@@ -33,13 +35,14 @@ SERVICES = ("board", "chat", "forge", "router r0", "router r1")
 class DriverRun:
     """`python -m agensh_ray.run` against the cluster, in a session of its own (killed with it if the test fails)."""
 
-    def __init__(self, cluster, run_dir: Path, run_id: str, *extra: str):
+    def __init__(self, cluster, run_dir: Path, run_id: str, *extra: str, resume: bool = False):
         self.run_dir, self.dir = run_dir, run_dir / run_id
         cmd = [sys.executable, "-m", "agensh_ray.run", "--address", cluster.address, "--no-ship-code",
-               "--workers", str(WORKERS), "--workers-per-actor", str(PER_HOST), "--seed", str(SEED),
-               "--time-scale", "240", "--minutes", "1800", "--checkpoint-every", "1000000",
-               "--run-dir", str(run_dir), "--run-id", run_id, *extra]
-        self.log = run_dir / f"{run_id}.out"
+               "--run-dir", str(run_dir)]
+        cmd += ["--resume", run_id] if resume else [
+            "--workers", str(WORKERS), "--workers-per-actor", str(PER_HOST), "--seed", str(SEED),
+            "--time-scale", "240", "--minutes", "1800", "--checkpoint-every", "1000000", "--run-id", run_id, *extra]
+        self.log = run_dir / f"{run_id}{'.resumed' if resume else ''}.out"
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -74,8 +77,12 @@ def runs(local_cluster, tmp_path_factory):
     """Runs started by this module's tests; any still going at the end is killed."""
     started: list[DriverRun] = []
 
-    def start(run_id: str, *extra: str) -> DriverRun:
-        started.append(DriverRun(local_cluster, tmp_path_factory.mktemp("nodes"), run_id, *extra))
+    def start(run_id: str, *extra: str, resume: DriverRun | None = None) -> DriverRun:
+        """A run, or (`resume`: a run whose driver was killed) its driver started again with --resume."""
+        if resume is not None:
+            started.append(DriverRun(local_cluster, resume.run_dir, run_id, resume=True))
+        else:
+            started.append(DriverRun(local_cluster, tmp_path_factory.mktemp("nodes"), run_id, *extra))
         return started[-1]
 
     yield start
@@ -123,74 +130,15 @@ def _ray_name(actor: str, run_id: str) -> str:
 
 
 RECOVERY_RUNS = int(os.environ.get("AGENSH_RECOVERY_RUNS", "1"))
-"""Kill runs for the recovery figure (its median is printed); 1 in CI, 3 for the figure in the docs."""
+"""Node-loss runs for the recovery figure (its median is printed); 1 in CI, 3 for the figure in the docs."""
 
 
-def test_a_lost_worker_node_loses_nothing_and_its_workers_come_back_elsewhere(local_cluster, calm, runs):
-    times = []
-    for i in range(RECOVERY_RUNS):
-        times.append(_kill_worker_node(local_cluster, calm[0], runs, "kill-node" + (f"-{i}" if i else "")))
-        local_cluster.restart_node("n1")  # 3 nodes again, for the next run
-        local_cluster.wait_for_nodes()
-    print(f"\nrecovery after a node loss (kill -> every lost worker in a turn again): median "
-          f"{statistics.median(times):.1f}s of {len(times)} ({', '.join(f'{t:.1f}' for t in times)})")
-
-
-def _kill_worker_node(local_cluster, calm_summary: dict, runs, run_id: str) -> float:
-    """One run with every process of n1 SIGKILLed mid-run, checked; the recovery time in seconds."""
+def _kill_services_node(local_cluster, runs, run_id: str) -> dict:
+    """A run with `--services-resource services` (board, chat, forge and routers on n1 or n2, the nodes declaring
+    it; hosts spread over all three), every process of the board's node SIGKILLed mid-run: that node's hosts
+    and services are lost at once. Its node is started again after the run (3 nodes for what runs next)."""
     ids = local_cluster.node_ids()
-    t0 = time.monotonic()
-    r = runs(run_id)
-    wait_for(lambda: r.board_entries() >= KILL_AT_BOARD_SEQ, 300, f"{KILL_AT_BOARD_SEQ} board entries")
-    killed_at = time.time()
-    pids = local_cluster.kill_node("n1")
-    summary = r.finish()
-    wall = time.monotonic() - t0
-    out = r.output()
-    assert pids and summary["score"] == calm_summary["score"], out
-
-    log = r.dir / "board" / "board.jsonl"
-    logged, traced = _logged_seqs(log), _traced(r.dir, "board")
-    assert logged and len(set(logged)) == len(logged)
-    assert sorted(traced) == sorted(logged), "the board's trace is not its log exactly once\n" + out
-
-    con = connect(r.dir)
-    lost_hosts = {a for a, n in _placed(r.dir).items() if n == ids["n1"]}
-    assert lost_hosts and all(a.startswith("host ") for a in lost_hosts), _placed(r.dir)
-    rows = con.execute("SELECT event, host, worker_id, node FROM lifecycle ORDER BY ts").fetchall()
-    for a in lost_hosts:
-        assert any(e == "actor_died" and h == a and n == ids["n1"] for e, h, _, n in rows), (a, rows)
-        back = [n for e, h, _, n in rows if e == "actor_resumed" and h == a]
-        assert back and back[-1] in {ids["head"], ids["n2"]}, (a, rows)
-    lost = {w for e, h, w, n in rows if w and n == ids["n1"]}
-    assert len(lost) == PER_HOST * len(lost_hosts), rows
-    resumed = {w: n for e, _, w, n in rows if e == "resumed" and w in lost}
-    assert set(resumed) == lost and ids["n1"] not in resumed.values(), rows
-
-    # recovery: from the kill to every lost worker starting a turn again
-    kill_us = int(killed_at * 1e6)
-    firsts = dict(con.execute(
-        "SELECT worker_id, min(epoch_us(ts)) FROM turns WHERE phase = 'start' AND epoch_us(ts) > ? "
-        "GROUP BY worker_id", [kill_us]).fetchall())
-    assert lost <= set(firsts), f"lost workers without a turn after the kill: {lost - set(firsts)}"
-    recovery = (max(firsts[w] for w in lost) - kill_us) / 1e6
-    steps = dict(con.execute(  # when the driver saw the lost hosts die, come back, and started them again
-        "SELECT event, (max(epoch_us(ts)) - ?) / 1e6 FROM lifecycle "
-        "WHERE list_contains(?, host) AND epoch_us(ts) > ? GROUP BY event",
-        [kill_us, sorted(lost_hosts), kill_us]).fetchall())
-    print(f"\n{run_id}: node n1 killed ({len(pids)} processes, {len(lost)} workers): every lost worker in a turn "
-          f"again {recovery:.1f}s after the kill (the driver saw them die at {steps.get('actor_died', 0):.1f}s, "
-          f"back at {steps.get('actor_restarted', 0):.1f}s, started again at {steps.get('actor_resumed', 0):.1f}s); "
-          f"run {wall:.1f}s wall")
-    return recovery
-
-
-def test_the_board_node_lost_the_board_comes_back_elsewhere_from_its_log(local_cluster, calm, runs):
-    """`--services-resource services`: the board, chat, forge and routers on n1 or n2 (the nodes declaring it);
-    the node holding the board is SIGKILLed mid-run; they come back on the other from their durable logs."""
-    calm_summary, _ = calm
-    ids = local_cluster.node_ids()
-    r = runs("kill-board-node", "--services-resource", "services")
+    r = runs(run_id, "--services-resource", "services")
 
     def board_node():
         if r.board_entries() < KILL_AT_BOARD_SEQ:
@@ -200,15 +148,80 @@ def test_the_board_node_lost_the_board_comes_back_elsewhere_from_its_log(local_c
     node = wait_for(board_node, 300, f"{KILL_AT_BOARD_SEQ} board entries and the board's placement")
     name = {v: k for k, v in ids.items()}[node]
     placed = _placed(r.dir)
-    assert name in ("n1", "n2") and {placed[s] for s in SERVICES if s in placed} <= {ids["n1"], ids["n2"]}, placed
+    killed_at = time.time()
     pids = local_cluster.kill_node(name)
     try:
         summary = r.finish()
     finally:
-        local_cluster.restart_node(name)  # 3 nodes again, whatever runs next
+        local_cluster.restart_node(name)
         local_cluster.wait_for_nodes()
+    return {"run": r, "summary": summary, "ids": ids, "name": name, "node": node, "placed": placed,
+            "killed_at": killed_at, "pids": pids}
+
+
+@pytest.fixture(scope="module")
+def node_lost(local_cluster, runs):
+    """The disturbed run both node-loss tests check (one run: the services' node is a worker node too)."""
+    return _kill_services_node(local_cluster, runs, "kill-node")
+
+
+def test_a_lost_worker_node_loses_nothing_and_its_workers_come_back_elsewhere(local_cluster, calm, runs, node_lost):
+    times = [_check_worker_node_loss(calm[0], node_lost)]
+    for i in range(1, RECOVERY_RUNS):
+        times.append(_check_worker_node_loss(calm[0], _kill_services_node(local_cluster, runs, f"kill-node-{i}")))
+    print(f"\nrecovery after a node loss (kill -> every lost worker in a turn again): median "
+          f"{statistics.median(times):.1f}s of {len(times)} ({', '.join(f'{t:.1f}' for t in times)})")
+
+
+def _check_worker_node_loss(calm_summary: dict, lost: dict) -> float:
+    """The lost node's hosts came back elsewhere with nothing lost; the recovery time in seconds."""
+    r, ids, dead = lost["run"], lost["ids"], lost["node"]
     out = r.output()
-    assert pids and summary["score"] == calm_summary["score"], out
+    assert lost["pids"] and lost["summary"]["score"] == calm_summary["score"], out
+
+    log = r.dir / "board" / "board.jsonl"
+    logged, traced = _logged_seqs(log), _traced(r.dir, "board")
+    assert logged and len(set(logged)) == len(logged)
+    assert sorted(traced) == sorted(logged), "the board's trace is not its log exactly once\n" + out
+
+    con = connect(r.dir)
+    lost_hosts = {a for a, n in lost["placed"].items() if n == dead and a.startswith("host ")}
+    assert lost_hosts, lost["placed"]
+    rows = con.execute("SELECT event, host, worker_id, node FROM lifecycle ORDER BY ts").fetchall()
+    for a in lost_hosts:
+        assert any(e == "actor_died" and h == a and n == dead for e, h, _, n in rows), (a, rows)
+        back = [n for e, h, _, n in rows if e == "actor_resumed" and h == a]
+        assert back and back[-1] in set(ids.values()) - {dead}, (a, rows)
+    gone = {w for e, h, w, n in rows if w and n == dead}
+    assert len(gone) == PER_HOST * len(lost_hosts), rows
+    resumed = {w: n for e, _, w, n in rows if e == "resumed" and w in gone}
+    assert set(resumed) == gone and dead not in resumed.values(), rows
+
+    # recovery: from the kill to every lost worker starting a turn again
+    kill_us = int(lost["killed_at"] * 1e6)
+    firsts = dict(con.execute(
+        "SELECT worker_id, min(epoch_us(ts)) FROM turns WHERE phase = 'start' AND epoch_us(ts) > ? "
+        "GROUP BY worker_id", [kill_us]).fetchall())
+    assert gone <= set(firsts), f"lost workers without a turn after the kill: {gone - set(firsts)}"
+    recovery = (max(firsts[w] for w in gone) - kill_us) / 1e6
+    steps = dict(con.execute(  # when the driver saw the lost hosts die, come back, and started them again
+        "SELECT event, (max(epoch_us(ts)) - ?) / 1e6 FROM lifecycle "
+        "WHERE list_contains(?, host) AND epoch_us(ts) > ? GROUP BY event",
+        [kill_us, sorted(lost_hosts), kill_us]).fetchall())
+    print(f"\n{r.dir.name}: node {lost['name']} killed ({len(lost['pids'])} processes, {len(gone)} workers and the "
+          f"services): every lost worker in a turn again {recovery:.1f}s after the kill (the driver saw them die at "
+          f"{steps.get('actor_died', 0):.1f}s, back at {steps.get('actor_restarted', 0):.1f}s, started again at "
+          f"{steps.get('actor_resumed', 0):.1f}s)")
+    return recovery
+
+
+def test_the_board_node_lost_the_board_comes_back_elsewhere_from_its_log(local_cluster, calm, node_lost):
+    """The node the board (and chat, forge, routers) ran on is lost: they come back on the other node declaring
+    `services`, from their durable logs, with every logged entry in the trace exactly once."""
+    r, ids, node, name, placed = (node_lost[k] for k in ("run", "ids", "node", "name", "placed"))
+    out = r.output()
+    assert name in ("n1", "n2") and {placed[s] for s in SERVICES if s in placed} <= {ids["n1"], ids["n2"]}, placed
+    assert node_lost["summary"]["score"] == calm[0]["score"], out
     for table, log in (("board", r.dir / "board" / "board.jsonl"), ("messages", r.dir / "chat" / "chat.jsonl"),
                        ("forge", r.dir / "forge" / "events.jsonl")):
         logged, traced = _logged_seqs(log), _traced(r.dir, table)
@@ -219,4 +232,30 @@ def test_the_board_node_lost_the_board_comes_back_elsewhere_from_its_log(local_c
     back = [n for e, _, n in rows if e == "actor_restarted"]
     other = ids["n2" if name == "n1" else "n1"]
     assert back == [other], f"the board did not come back on {other}: {rows}\n{out}"
-    print(f"\nnode {name} (the board's) killed: {len(pids)} processes; the board came back on the other node")
+    print(f"\nnode {name} (the board's) killed: {len(node_lost['pids'])} processes; the board came back on the other node")
+
+def test_the_driver_killed_mid_run_resume_goes_on_and_the_run_finishes(local_cluster, calm, runs):
+    """SIGKILL the driver (its whole process group) mid-run; `--resume RUN_ID` reattaches to the detached board,
+    starts the chat and forge from their logs and the hosts with their clones, keeps the schedule, and the run
+    finishes with the undisturbed run's score; every acknowledged board entry is in the log and the trace once."""
+    calm_summary, _ = calm
+    r = runs("driver-killed")
+    wait_for(lambda: r.board_entries() >= KILL_AT_BOARD_SEQ, 300, f"{KILL_AT_BOARD_SEQ} board entries")
+    r.kill()
+    log = r.dir / "board" / "board.jsonl"
+    acknowledged = set(_logged_seqs(log))
+    assert not (r.dir / "summary.json").exists()
+    again = runs("driver-killed", resume=r)
+    summary = again.finish()
+    out = again.output()
+    assert "reattached" in out and "resuming" in out, out
+    assert summary["driver_resumes"] == 1 and summary["score"] == calm_summary["score"], out
+    logged, traced = _logged_seqs(log), _traced(r.dir, "board")
+    assert acknowledged <= set(logged) and len(set(logged)) == len(logged)
+    assert sorted(traced) == sorted(logged), "the board's trace is not its log exactly once\n" + out
+    rows = connect(r.dir).execute("SELECT DISTINCT worker_id FROM lifecycle WHERE event = 'resumed'").fetchall()
+    assert len(rows) == WORKERS, f"not every worker went on from its clone: {rows}\n{out}"
+    # the resumed run's checkpoints did not overwrite the first driver's, and a second resume is refused
+    done = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--resume", "driver-killed", "--run-dir",
+                           str(r.run_dir)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "has finished" in done.stderr, done.stderr

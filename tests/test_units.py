@@ -174,3 +174,11 @@ def test_the_sim_finishes_its_own_open_prs_a_handoff_lists(tmp_path):
     s = SimSession(session_id="s1", cwd=tmp_path, mcp_url="http://127.0.0.1:1/", worker="w001")
     agent._note_events(s, text)
     assert s.handed_prs == [(3, "w001/word-count")]
+
+
+def test_hosts_without_room_are_said_to_be_queued():
+    from agensh_ray.driver.health import queued_note
+
+    assert queued_note({"h001": 2, "h004": 2}, 4.0) == ""  # they fit: being restarted
+    note = queued_note({"h001": 2, "h004": 2}, 1.0)
+    assert note == " (queued: 2 host(s) need 4 agent slots, 1 free; they start again when a node with room joins)"

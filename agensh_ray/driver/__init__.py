@@ -21,6 +21,7 @@ from agensh_ray.board import BoardLimits
 from agensh_ray.config import RunConfig, worker_ids
 from agensh_ray.driver.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.driver.health import Health
+from agensh_ray.driver.resume import Resume
 from agensh_ray.driver.shipping import Shipping
 from agensh_ray.driver.summary import Summary
 from agensh_ray.errors import ForcedStop
@@ -39,7 +40,7 @@ log = logging.getLogger("agensh.run")
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
 
 
-class Run(Health, Ending, Summary, Shipping):
+class Run(Health, Ending, Summary, Shipping, Resume):
     def __init__(self, cfg: RunConfig, task: Task, out=sys.stdout, verbose: bool = False):
         self.cfg = cfg
         self.verbose = verbose
@@ -60,6 +61,8 @@ class Run(Health, Ending, Summary, Shipping):
         self._host_status: dict[str, dict] = {}
         """Each host's last answer (a host that is away counts with it)."""
         self._host_asks: dict[str, object] = {}
+        self.prior = None
+        """Resuming (`--resume`): the previous driver's state (driver/resume.py)."""
 
     def say(self, text: str) -> None:
         elapsed = time.time() - self.t0 if self.t0 else 0.0
@@ -93,9 +96,14 @@ class Run(Health, Ending, Summary, Shipping):
                                                                        soft=False)
         self.placement = {"resources": res} if res else {"scheduling_strategy": self.on_head}
         starter = self.run_dir / "starter"
-        self.task.materialize_starter(starter)
-        # The execute-only reference, built once; each host copies run_dir/reference/* into its clones.
-        self.task.build_reference(self.run_dir / REFERENCE_DIR / self.task.program)
+        if self.prior is None:  # a resumed run has them, and its forge its repo
+            self.task.materialize_starter(starter)
+            # The execute-only reference, built once; each host copies run_dir/reference/* into its clones.
+            self.task.build_reference(self.run_dir / REFERENCE_DIR / self.task.program)
+        else:
+            self._clear_stale_actors()
+            self.say("the board: " + ("still running, reattached" if self._board_alive() else
+                                      "gone with the previous driver's Ray, started again from its log"))
         ignore_references(self.run_dir)
         write_schema_files(self.run_dir)  # every table queryable from the DuckDB CLI, even if never written
         self.board = get_or_create_board(
@@ -118,6 +126,8 @@ class Run(Health, Ending, Summary, Shipping):
 
             self.gateways = Gateways(self.cfg, self.run_dir, self.run_id, self.placement)
         self.checkpoints = Checkpoints(self.task, self.run_dir, self.driver_trace, self.cfg.time_scale)
+        if self.prior is not None:
+            self._resume_checkpoints()
         self.watch.add("board", lambda: self.board.actor.where.remote())
         self.watch.add("chat", lambda: self.chat.where.remote())
         self.watch.add("forge", lambda: self.forge.where.remote())
@@ -141,6 +151,9 @@ class Run(Health, Ending, Summary, Shipping):
             )
             self.hosts[hid] = (handle, ws)
         ray.get([h.start.remote() for h, _ in self.hosts.values()])
+        if self.prior is not None:  # delivery starts at the sources' heads: what came before is in the hand-offs
+            heads = self._heads()
+            ray.get([h.seed_cursors.remote(heads) for h, _ in self.hosts.values()])
         for (hid, (h, _)), where in zip(self.hosts.items(), ray.get([h.where.remote() for h, _ in self.hosts.values()])):
             self.watch.add(f"host {hid}", lambda h=h: h.where.remote(), where)
         # The baseline has no routers: nothing to route to a lone agent (its host queues its own prompts).
@@ -163,9 +176,11 @@ class Run(Health, Ending, Summary, Shipping):
         # The schedule (launch offsets, wind-down, deadline) starts now that the hosts and routers are
         # up: their start-up on a loaded machine (each a new process; tens of seconds at load 15) must
         # not eat into the run, or a short run's deadline passes before its first turn ends.
-        self.start_wall = time.time()
+        # A resumed run keeps its schedule: the time its driver was down is run time.
+        self.start_wall = self.prior.start_wall if self.prior is not None else time.time()
         self.checkpoints.start_wall = self.start_wall
         ray.get([h.set_start.remote(self.start_wall) for h, _ in self.hosts.values()])
+        self._save_state()
 
     # -- running ---------------------------------------------------------------------
     def _score(self, checkpoint: str) -> None:
@@ -257,17 +272,25 @@ class Run(Health, Ending, Summary, Shipping):
     def _execute(self) -> dict | None:
         self._prepare_folder()
         self.t0 = time.time()
+        self._load_state()  # resuming: the first driver's clock
         self.say(
             f"run {self.run_id}: {len(self.workers)} workers, harness {self.cfg.harness}, task {self.task.name}, "
             f"{self.cfg.minutes:g} schedule minutes at time scale {self.cfg.time_scale:g} -> {self.where}"
         )
-        (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        if self.prior is not None:
+            left = self.prior.start_wall + self.cfg.deadline_wall_s - time.time()
+            self.say(f"resuming: the previous driver (pid {self.prior.pid} on {self.prior.hostname}) is gone; the "
+                     f"schedule goes on from its start, " + (f"{left:.0f} s to the deadline" if left > 0 else
+                                                             "its deadline has passed: stopping and scoring"))
+        else:
+            (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         from agensh_ray.agent.harness import gateway_decision
 
         on, why = gateway_decision(self.cfg.harness, self.cfg.gateway.enabled)
         self.cfg = self.cfg.model_copy(update={"gateway": self.cfg.gateway.model_copy(update={"enabled": on})})
         self.say(f"model gateway: {why}")
-        (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        if self.prior is None:
+            (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         ended, summary = "interrupted", None
         try:
             self._start_ray()

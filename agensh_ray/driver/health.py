@@ -7,6 +7,7 @@ progress line that shows it all. Expects `Run`'s attributes (hosts, board, forge
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 
 import ray
@@ -25,6 +26,20 @@ def reported_cost(st: dict) -> float | None:
         return None
     cost = float(st.get("reported_cost_usd", 0.0))
     return None if cost == 0 and st.get("reported_tokens") else cost  # tokens but no price (Copilot CLI)
+
+
+QUEUED_AFTER_S = 30.0
+"""A host away longer than this, with fewer agent slots free than it needs, is said to be queued."""
+
+
+def queued_note(away_hosts: dict[str, int], free_slots: float) -> str:
+    """" (queued: ...)" when the away hosts (host id -> workers) need more agent slots than are free: Ray starts
+    them when a node with room joins (or one frees up); "" when they fit (they are just being restarted)."""
+    need = sum(away_hosts.values())
+    if need <= free_slots:
+        return ""
+    return (f" (queued: {len(away_hosts)} host(s) need {need} agent slots, {free_slots:g} free; they start "
+            "again when a node with room joins)")
 
 
 class Health:
@@ -106,7 +121,7 @@ class Health:
         board = ", ".join(f"{t} {n}" for t, n in sorted(self._types.items()))
         away = self.watch.away()
         actors = (f" | {self.watch.restarts} actors restarted" if self.watch.restarts else "") + (
-            f" | away: {', '.join(away)}" if away else "")
+            f" | away: {', '.join(away)}{self._queued(away)}" if away else "")
         score = f"{self.last_score:.0%}" if self.last_score is not None else "-"
         self._open_prs = self._prs_open
         self._board_total = sum(self._types.values())
@@ -127,6 +142,19 @@ class Health:
             + f" | board {self._board_total} ({board or 'empty'}) | "
             f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}{model}{actors}"
         )
+
+    def _queued(self, away: list[str]) -> str:
+        """What the progress line adds when hosts are away for want of room (their node lost, the rest full)."""
+        now = time.monotonic()  # a host away this long is waiting for room, not still starting
+        hosts = [a.split(" ", 1)[1] for a in away if a.startswith("host ") and a.split(" ", 1)[1] in self.hosts
+                 and now - self.watch.actors[a].since > QUEUED_AFTER_S]
+        if not hosts or self._slots is None:
+            return ""
+        try:
+            free = ray.available_resources().get("agent_slot", 0.0)
+        except Exception:  # the GCS is away too: said next tick
+            return ""
+        return queued_note({h: len(self.hosts[h][1]) for h in hosts}, free)
 
     def _model_summary(self) -> dict:
         """What the model gateway counted; without one, what the agents reported: their cost is unknown (None)

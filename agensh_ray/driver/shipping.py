@@ -16,7 +16,7 @@ from agensh_ray import mirror, runfolder, storage
 
 FINAL_SHIP_S = 120.0
 """How long the end of a run waits for an unreachable store before it reports what was not shipped."""
-DRIVER_OWNS = ("config.json", "summary.json", ".gitignore", "checkpoints/**/*", "logs/reaper.log")
+DRIVER_OWNS = ("config.json", "summary.json", "driver.json", ".gitignore", "checkpoints/**/*", "logs/reaper.log")
 
 
 class Shipping:
@@ -30,7 +30,8 @@ class Shipping:
         return (Path(self.cfg.run_dir) / self.run_id).resolve()
 
     def _prepare_folder(self) -> None:
-        runfolder.prepare_target(self.cfg.run_dir, self.run_id, self.cfg.overwrite)
+        if not self.cfg.resume:  # a resumed run goes on in its folder (driver/resume.py checks it)
+            runfolder.prepare_target(self.cfg.run_dir, self.run_id, self.cfg.overwrite)
         self.mirror = mirror.attach(self.run_dir, *DRIVER_OWNS) if self.run_uri else None
         if self.mirror is not None:  # the driver says an outage on its stderr even while it has nothing to ship
             self.mirror.probe_every_s = 5.0

@@ -42,6 +42,7 @@ class Summary:
             "model_errors": getattr(self, "_last_status", {}).get("model_errors", 0),
             "model": self.cfg.model,
             "actors_restarted": self.watch.restarts,
+            "driver_resumes": self.prior.resumes + 1 if self.prior is not None else 0,
             **self._model_summary(),
             "score": res.score,
             "tests_passed": res.passed,

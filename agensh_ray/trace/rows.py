@@ -213,7 +213,7 @@ class LifecycleRow(TraceRow):
     event: str
     """started | stopped | crashed | restarted | gave_up | turn_error (the turn failed: the agent's error, or
     its model calls failed through the gateway, with the provider's status) | refused (a request of the agent
-    the permission policy refused; the detail says what and why) | resumed (its host was restarted: the
+    the permission policy refused; the detail says what and why) | resumed (its host or the driver was restarted: the
     worker goes on from its clone with a hand-off). Rows of the run's actors (worker_id null, written by the
     driver): actor_died | actor_restarted (back, in a new process) | actor_lost (dead for good) |
     actor_answering (away, then answering from the same process) | actor_resumed (a restarted host started

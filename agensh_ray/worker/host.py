@@ -127,14 +127,15 @@ class WorkerHost:
         w.launched = True
         w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s(),
                                         board=self.cfg.board_tools)
-        resumed = (w.workdir / ".git").exists()  # launched before, by a host process that died
+        resumed = (w.workdir / ".git").exists()  # launched before, by a host process or a driver that died
+        # a kept clone is recovered first (a killed git's lock files would fail setting its remote)
+        fixed = await asyncio.to_thread(self.workdirs.recover, w.id, w.workdir, w.home) if resumed else ""
         await asyncio.to_thread(self.workdirs.prepare, w.id, w.workdir, w.home, self.clone_urls[w.id])
         if resumed:
-            fixed = await asyncio.to_thread(self.workdirs.recover, w.id, w.workdir, w.home)
             # What it claimed and had not finished is open again (its session, which knew, is gone).
-            await self.release_claims(w, "its host died before the work was finished")
-            self.lifecycle(w, "resumed", "its host was restarted: clone kept" + (f" ({fixed})" if fixed else "")
-                           + ", new session with hand-off summary")
+            await self.release_claims(w, "its host or the run's driver died before the work was finished")
+            self.lifecycle(w, "resumed", "its host or the run's driver was restarted: clone kept"
+                           + (f" ({fixed})" if fixed else "") + ", new session with hand-off summary")
             text = await handoff_summary(w.id, self.services)
             self.push(w, "handoff", text + (f"\n\nYour clone, left by your previous session: {fixed}." if fixed else ""),
                       "low")

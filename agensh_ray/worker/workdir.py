@@ -105,12 +105,14 @@ class Workdirs:
         self._seed_at = 0.0
 
     def prepare(self, worker_id: str, workdir: Path, home: Path, clone_url: str) -> None:
-        """The worker's clone at `workdir` (kept if it exists) and its HOME."""
+        """The worker's clone at `workdir` (kept if it exists, its remote set to `clone_url`: a forge started
+        again may have issued a new token, or moved) and its HOME."""
         home.mkdir(parents=True, exist_ok=True)
+        env = git_env(worker_id, home)
         if (workdir / ".git").exists():
+            _git(["-C", str(workdir), "remote", "set-url", "origin", clone_url], env)
             self.install_references(workdir)
             return
-        env = git_env(worker_id, home)
         seed = self.seed
         with self._lock:
             if not seed.exists():
