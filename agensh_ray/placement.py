@@ -10,16 +10,28 @@ from agensh_ray.errors import CapacityError
 
 def host_options(cfg: RunConfig, n_workers: int, cluster_slots: float | None) -> dict:
     """Ray options of one WorkerActor hosting n_workers: an agent slot per worker where the
-    cluster declares slots, and the memory its agents need."""
+    cluster declares slots, and the memory its agents need. The driver places it in its bundle of the run's
+    placement group (driver/slots.py), whose bundles are `slot_bundles`; SPREAD is what that group asks for."""
     opts: dict = {}
     if cluster_slots is not None:
         opts["resources"] = {"agent_slot": n_workers}
         # Spread the hosts over the nodes: Ray's default fills the driver's node (the head) first.
         opts["scheduling_strategy"] = "SPREAD"
-    per_worker = cfg.worker_memory_mb if cfg.worker_memory_mb is not None else (0 if cfg.harness == "sim" else 450)
-    if per_worker:
-        opts["memory"] = per_worker * n_workers * 1024 * 1024
+    if memory := worker_memory(cfg, n_workers):
+        opts["memory"] = memory
     return opts
+
+
+def worker_memory(cfg: RunConfig, n_workers: int) -> int:
+    """Bytes Ray reserves for a WorkerActor's n_workers agents (0 for the sim unless --worker-memory-mb)."""
+    per_worker = cfg.worker_memory_mb if cfg.worker_memory_mb is not None else (0 if cfg.harness == "sim" else 450)
+    return per_worker * n_workers * 1024 * 1024
+
+
+def slot_bundles(cfg: RunConfig, sizes: list[int]) -> list[dict[str, float]]:
+    """The run's placement group: one bundle per WorkerActor (`sizes`: its workers), what `host_options` asks."""
+    return [{"agent_slot": float(n), **({"memory": float(m)} if (m := worker_memory(cfg, n)) else {})}
+            for n in sizes]
 
 
 SERVICES_SHARE = 0.001

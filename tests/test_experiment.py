@@ -184,3 +184,53 @@ def test_an_interrupted_experiment_resumes_with_exactly_the_remaining_cells(tmp_
             first.kill()
         procs.kill_all()
         subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
+
+
+PARALLEL_PLAN = """\
+name: parallel
+tasks: [textkit]
+workers: [2]
+seeds: [0, 1]
+base:
+  minutes: 30
+  time_scale: 240
+  launch_interval_s: 0
+  score_every_s: 3600
+  address: "{address}"
+  queue: true
+  ship_code: false
+"""
+
+
+@pytest.mark.experiment
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_cells_at_once_on_a_cluster_never_hold_more_slots_than_it_has(tmp_path):
+    """Two 2-worker cells with --parallel 2 on a one-node cluster of 3 agent slots: each cell's driver reserves its
+    slots as one placement group, so one runs and the other waits for it (saying so), then runs; both finish,
+    and no turn of the second came before the first's last one."""
+    from agensh_ray.analysis.views import connect
+    from tests.multinode import QUIET_ENV, LocalCluster
+
+    with LocalCluster() as cluster:
+        cluster.start_head({"agent_slot": 3})
+        cluster.wait_for_nodes()
+        plan = tmp_path / "plan.yaml"
+        plan.write_text(PARALLEL_PLAN.format(address=cluster.address))
+        exp = tmp_path / "exp"
+        out = subprocess.run([sys.executable, "-m", "agensh_ray.experiment", str(plan), "--out", str(exp),
+                              "--parallel", "2"], cwd=PROJECT_ROOT, env={**os.environ, **QUIET_ENV},
+                             capture_output=True, text=True, timeout=500)
+    cells = ["textkit.base.w002.s0", "textkit.base.w002.s1"]
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    logs = {c: (exp / "logs" / f"{c}.log").read_text() for c in cells}
+    waited = [c for c in cells if "waiting for 2 agent slots (1 free of 3" in logs[c]]
+    assert len(waited) == 1, logs
+    second = waited[0]
+    first = next(c for c in cells if c != second)
+    assert "2 agent slots reserved for 2 WorkerActors after" in logs[second], logs[second]
+    for c in cells:
+        assert json.loads((exp / "cells" / c / "summary.json").read_text())["ended"] in ("done", "deadline")
+    (last_of_first,), = connect(exp / "cells" / first).execute("SELECT max(epoch_us(ts)) FROM turns").fetchall()
+    (first_of_second,), = connect(exp / "cells" / second).execute("SELECT min(epoch_us(ts)) FROM turns").fetchall()
+    assert first_of_second > last_of_first, "the cells' workers ran at the same time on 3 slots"

@@ -1,11 +1,11 @@
 """Real multi-node behaviour (marker `cluster`): runs across 3 Ray nodes of this machine
 (`tests/multinode.py`, the `local_cluster` fixture), each driver the real CLI (`python -m agensh_ray.run
---address ...`) in a process of its own. Three runs: the calm one (where Ray put the actors: the services on
-the driver's node, the hosts spread by `agent_slot`); one with the services on the worker nodes declaring
-`services`, where every process of the board's node (a worker node: it has hosts too) is SIGKILLed mid-run:
-the run finishes with the calm run's score, the board, chat and forge logs are in the trace exactly once, and
-`lifecycle` shows the lost hosts' workers and the board on the node they came back on; one whose driver is
-SIGKILLed mid-run and started again with `--resume`. The kill matrix's helpers (tests/test_faults.py) compare
+--address ...`) in a process of its own. Three runs, one after another: the calm one (where Ray put the
+actors: the services on the driver's node, the hosts spread by `agent_slot` in the run's placement group);
+one with the services on the worker nodes declaring `services`, where every process of the board's node (a
+worker node: it has hosts too) is SIGKILLed mid-run: the run finishes with the calm run's score, the board,
+chat and forge logs are in the trace exactly once, and `lifecycle` shows the lost hosts' workers and the board
+on the node they came back on; one whose driver is SIGKILLed mid-run and started again with `--resume`. The kill matrix's helpers (tests/test_faults.py) compare
 logs and traces."""
 
 from __future__ import annotations
@@ -121,6 +121,10 @@ def test_services_on_the_driver_node_and_hosts_spread_by_agent_slot(local_cluste
     gcs = {name: a["node"] for name, a in local_cluster.gcs_actors("-calm").items()}
     expected = {_ray_name(actor, "calm"): node for actor, node in placed.items()}
     assert {n: gcs.get(n) for n in expected} == expected, (gcs, placed)
+    # the hosts' slots were one placement group (a bundle per host), reserved whole and removed at the end
+    groups = local_cluster._ask("[[p['name'], p['state'], len(p['bundles'])] "
+                                "for p in ray.util.placement_group_table().values()]")
+    assert ["slots-calm", "REMOVED", WORKERS // PER_HOST] in groups, groups
 
 
 def _ray_name(actor: str, run_id: str) -> str:
@@ -234,7 +238,7 @@ def test_the_board_node_lost_the_board_comes_back_elsewhere_from_its_log(local_c
     assert back == [other], f"the board did not come back on {other}: {rows}\n{out}"
     print(f"\nnode {name} (the board's) killed: {len(node_lost['pids'])} processes; the board came back on the other node")
 
-def test_the_driver_killed_mid_run_resume_goes_on_and_the_run_finishes(local_cluster, calm, runs):
+def test_the_driver_killed_mid_run_resume_goes_on_and_the_run_finishes(calm, runs):
     """SIGKILL the driver (its whole process group) mid-run; `--resume RUN_ID` reattaches to the detached board,
     starts the chat and forge from their logs and the hosts with their clones, keeps the schedule, and the run
     finishes with the undisturbed run's score; every acknowledged board entry is in the log and the trace once."""
@@ -255,7 +259,7 @@ def test_the_driver_killed_mid_run_resume_goes_on_and_the_run_finishes(local_clu
     assert sorted(traced) == sorted(logged), "the board's trace is not its log exactly once\n" + out
     rows = connect(r.dir).execute("SELECT DISTINCT worker_id FROM lifecycle WHERE event = 'resumed'").fetchall()
     assert len(rows) == WORKERS, f"not every worker went on from its clone: {rows}\n{out}"
-    # the resumed run's checkpoints did not overwrite the first driver's, and a second resume is refused
+    # a finished run is not resumed again
     done = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--resume", "driver-killed", "--run-dir",
                            str(r.run_dir)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "has finished" in done.stderr, done.stderr

@@ -23,6 +23,7 @@ from agensh_ray.driver.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.driver.health import Health
 from agensh_ray.driver.resume import Resume
 from agensh_ray.driver.shipping import Shipping
+from agensh_ray.driver.slots import Slots
 from agensh_ray.driver.summary import Summary
 from agensh_ray.errors import ForcedStop
 from agensh_ray.paths import PROJECT_ROOT
@@ -40,7 +41,7 @@ log = logging.getLogger("agensh.run")
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
 
 
-class Run(Health, Ending, Summary, Shipping, Resume):
+class Run(Health, Ending, Summary, Shipping, Resume, Slots):
     def __init__(self, cfg: RunConfig, task: Task, out=sys.stdout, verbose: bool = False):
         self.cfg = cfg
         self.verbose = verbose
@@ -132,20 +133,29 @@ class Run(Health, Ending, Summary, Shipping, Resume):
         self.watch.add("chat", lambda: self.chat.where.remote())
         self.watch.add("forge", lambda: self.forge.where.remote())
 
-    def _start_hosts(self) -> None:
+    def _start_hosts(self) -> bool:
+        """The WorkerActors (in the run's reserved slots) and the routers; False if interrupted while waiting
+        for slots."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         from agensh_ray.actors.router import RouterActor
         from agensh_ray.actors.worker import WorkerActor
 
         k = self.cfg.workers_per_actor
         groups = [self.workers[i : i + k] for i in range(0, len(self.workers), k)]
         total = self._slots
+        if not self._reserve_slots([len(ws) for ws in groups]):
+            return False
         cfg_json = self.cfg.model_dump_json()
         self.hosts: dict[str, tuple] = {}
         start_wall = time.time()
         self.start_wall = start_wall
         for i, ws in enumerate(groups):
             hid = f"h{i:03d}"
-            handle = WorkerActor.options(name=f"host-{self.run_id}-{hid}", **host_options(self.cfg, len(ws), total)).remote(
+            opts = host_options(self.cfg, len(ws), total)
+            if self.slot_group is not None:  # its bundle: Ray places it again there if the node is lost
+                opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(self.slot_group, i)
+            handle = WorkerActor.options(name=f"host-{self.run_id}-{hid}", **opts).remote(
                 hid, ws, cfg_json, str(self.run_dir), self.run_id, self.board, self.chat, self.forge,
                 {w: self.clone_urls[w] for w in ws}, start_wall, str(self.task.root or ""),
             )
@@ -181,6 +191,7 @@ class Run(Health, Ending, Summary, Shipping, Resume):
         self.checkpoints.start_wall = self.start_wall
         ray.get([h.set_start.remote(self.start_wall) for h, _ in self.hosts.values()])
         self._save_state()
+        return True
 
     # -- running ---------------------------------------------------------------------
     def _score(self, checkpoint: str) -> None:
@@ -301,8 +312,7 @@ class Run(Health, Ending, Summary, Shipping, Resume):
             slots = f", {self._slots:.0f} agent slots" if self._slots is not None else ""
             self.say(f"ray ready ({nodes} node(s){slots}); bootstrapping board, chat, forge (issue #1 = the task)")
             self._bootstrap()
-            if not self.interrupts.requested:
-                self._start_hosts()
+            if not self.interrupts.requested and self._start_hosts():
                 self.say(f"{len(self.hosts)} WorkerActors, {len(self.routers)} RouterActors up; launching workers")
                 ended = self._loop()
             # Workers first (their agents stop, their last pushes land), then routers, then the services.
@@ -345,6 +355,7 @@ class Run(Health, Ending, Summary, Shipping, Resume):
                 force = True
         if force:
             self._kill_all()
+        self._release_slots()  # after the hosts are gone: the next run (an experiment's cell) may take them
         if getattr(self, "driver_trace", None) is not None:
             self.driver_trace.close()
         if self._owns_ray:

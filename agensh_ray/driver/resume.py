@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import ray
+from ray.util.placement_group import remove_placement_group
 from pydantic import BaseModel, ValidationError
 
 from agensh_ray.actors.supervise import call
@@ -107,6 +108,10 @@ class Resume:
                     if a.get("namespace") == "agensh" and a["name"] != keep
                     and (a["name"].endswith(f"-{self.run_id}") or f"-{self.run_id}-" in a["name"])]
 
+        try:  # its slots too (a placement group goes with its job; a name left behind would clash)
+            remove_placement_group(ray.util.get_placement_group(f"slots-{self.run_id}"))
+        except ValueError:
+            pass
         names = left()
         for name in names:
             try:
