@@ -58,8 +58,9 @@ class WorkerActor:
         """When the run's schedule starts (after every host and router is up)."""
         self.host.start_wall = start_wall
 
-    async def launch(self, worker_id: str) -> None:
-        await self.host.launch(worker_id)
+    async def launch(self, worker_id: str, again: bool = False) -> None:
+        """Start a worker; `again`: it ran before, in a host process that died (WorkerHost.launch)."""
+        await self.host.launch(worker_id, again)
 
     def deliver(self, deliveries: list[Delivery], cursors: dict[str, int]) -> int:
         return self.host.deliver(deliveries, cursors)

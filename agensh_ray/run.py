@@ -109,7 +109,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
                    help="reuse the folder of an earlier run with this --run-id, removing its contents first "
                    "(without it such a folder is refused; --resume goes on with it instead)")
     p.add_argument("--resume", default=None, metavar="RUN_ID",
-                   help="go on with the run RUN_ID under --run-dir whose driver died (killed, its machine lost): "
+                   help="go on with the run RUN_ID under --run-dir whose driver died or was interrupted: "
                    "its settings from its config.json, its schedule from its start, its board, chat, forge and "
                    "clones as they are; only --run-dir, --address, --no-ship-code and -v may come with it")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")

@@ -84,11 +84,13 @@ class LocalCluster:
         self.head_env = {**HEALTH_ENV, **(head_env or {})}
         self.nodes: dict[str, Node] = {}
         self.address = ""
+        self._taken: set[int] = set()
+        """Every port handed to a node of this cluster, the workers' ranges included: none is handed twice."""
 
     # -- starting -----------------------------------------------------------------------------------
     def start_head(self, resources: dict | None = None, num_cpus: int = 2) -> Node:
         node = Node("head", {**(resources or {}), node_resource("head"): 1}, self.root / "head", num_cpus)
-        port = free_port()
+        port = self._port()
         self.address = f"127.0.0.1:{port}"
         self._start(node, ["--head", f"--port={port}", "--include-dashboard=false"], self.head_env)
         return node
@@ -107,28 +109,33 @@ class LocalCluster:
 
     def _start(self, node: Node, args: list[str], env: dict) -> None:
         node.temp_dir.mkdir(parents=True, exist_ok=True)
-        lo = 10000 + free_port() % 40000
-        workers = range(lo, lo + 200)  # this node's workers' ports: none of its components' may fall in them
-
-        def port() -> int:
-            while (p := free_port()) in workers:
-                pass
-            return p
-
-        node.ports = {k: port() for k in ("node-manager", "object-manager", "metrics-export",
-                                          "dashboard-agent-listen", "dashboard-agent-grpc",
-                                          "runtime-env-agent", "ray-client-server")}
+        while True:  # this node's workers' ports: a range no port of the cluster falls in
+            lo = 10000 + free_port() % 40000
+            workers = range(lo, lo + 200)
+            if not self._taken & set(workers):
+                break
+        self._taken |= set(workers)
+        node.ports = {k: self._port() for k in ("node-manager", "object-manager", "metrics-export",
+                                                "dashboard-agent-listen", "dashboard-agent-grpc",
+                                                "runtime-env-agent", "ray-client-server")}
         cmd = [self.python, "-m", "ray.scripts.scripts", "start", "--block", *args,
                f"--num-cpus={node.num_cpus}", f"--resources={json.dumps(node.resources)}",
                f"--temp-dir={node.temp_dir}", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
                *(f"--{k}-port={v}" for k, v in node.ports.items()),
-               # workers' ports: a range of this node's own, away from the others' (bind-checked above)
+               # workers' ports: a range of this node's own, away from every other port of the cluster
                f"--min-worker-port={workers[0]}", f"--max-worker-port={workers[-1]}"]
         node.log = self.root / f"{node.name}.log"
         with open(node.log, "ab") as out:
             node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env={**os.environ, **QUIET_ENV, **env}, start_new_session=True)
         self.nodes[node.name] = node
+
+    def _port(self) -> int:
+        """A free port no node of this cluster was given (nor falls in a node's workers' range)."""
+        while (p := free_port()) in self._taken:
+            pass
+        self._taken.add(p)
+        return p
 
     def wait_for_nodes(self, timeout: float = 120.0) -> dict[str, str]:
         """Wait until every running node is alive in the GCS; its name -> Ray node id."""

@@ -214,3 +214,23 @@ def test_resume_refuses_a_run_that_is_missing_finished_not_started_or_still_driv
     _killed_run(tmp_path / "bad")
     (tmp_path / "bad" / "driver.json").write_text("{not json")
     assert "is not a driver state" in refused(capsys, "--resume", "bad", "--run-dir", str(tmp_path))
+
+
+def test_resume_takes_an_interrupted_run_and_one_driver_at_a_time(tmp_path):
+    """A run stopped by a signal (summary "ended": "interrupted") may be resumed; two drivers on one folder may not."""
+    import fcntl
+
+    from agensh_ray.driver.resume import read_state
+
+    _killed_run(tmp_path / "stopped")
+    (tmp_path / "stopped" / "summary.json").write_text('{"ended": "interrupted"}')
+    assert read_state(tmp_path / "stopped").run_id == "stopped"
+    with open(tmp_path / "stopped" / ".driver.lock", "a") as held:  # another driver holds the folder
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        from agensh_ray.driver import Run
+        from agensh_ray.task import Task
+
+        cfg = parse_args(["--resume", "stopped", "--run-dir", str(tmp_path)])
+        run = Run(cfg, Task.load("textkit"))
+        with pytest.raises(RunFolderError, match="another driver is running run stopped"):
+            run._load_state()

@@ -192,7 +192,7 @@ tasks: [textkit]
 workers: [2]
 seeds: [0, 1]
 base:
-  minutes: 30
+  minutes: 60
   time_scale: 240
   launch_interval_s: 0
   score_every_s: 3600
@@ -218,11 +218,19 @@ def test_cells_at_once_on_a_cluster_never_hold_more_slots_than_it_has(tmp_path):
         plan = tmp_path / "plan.yaml"
         plan.write_text(PARALLEL_PLAN.format(address=cluster.address))
         exp = tmp_path / "exp"
-        out = subprocess.run([sys.executable, "-m", "agensh_ray.experiment", str(plan), "--out", str(exp),
-                              "--parallel", "2"], cwd=PROJECT_ROOT, env={**os.environ, **QUIET_ENV},
-                             capture_output=True, text=True, timeout=500)
+        procs = Processes(cluster.root)  # the cells' drivers, in process groups of their own
+        with open(tmp_path / "exp.log", "wb") as f:
+            proc = subprocess.Popen([sys.executable, "-m", "agensh_ray.experiment", str(plan), "--out", str(exp),
+                                     "--parallel", "2"], cwd=PROJECT_ROOT, env={**os.environ, **QUIET_ENV},
+                                    stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for(lambda: procs.note(proc.pid) or proc.poll() is not None, 500, "the experiment to end")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            procs.kill_all()
     cells = ["textkit.base.w002.s0", "textkit.base.w002.s1"]
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert proc.returncode == 0, (tmp_path / "exp.log").read_text()[-6000:]
     logs = {c: (exp / "logs" / f"{c}.log").read_text() for c in cells}
     waited = [c for c in cells if "waiting for 2 agent slots (1 free of 3" in logs[c]]
     assert len(waited) == 1, logs

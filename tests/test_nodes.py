@@ -257,9 +257,17 @@ def test_the_driver_killed_mid_run_resume_goes_on_and_the_run_finishes(calm, run
     out = again.output()
     assert "reattached" in out and "resuming" in out, out
     assert summary["driver_resumes"] == 1 and summary["score"] == calm_summary["score"], out
-    logged, traced = _logged_seqs(log), _traced(r.dir, "board")
-    assert acknowledged <= set(logged) and len(set(logged)) == len(logged)
-    assert sorted(traced) == sorted(logged), "the board's trace is not its log exactly once\n" + out
+    logged = _logged_seqs(log)
+    assert acknowledged <= set(logged)
+    for table, log in (("board", log), ("messages", r.dir / "chat" / "chat.jsonl"),
+                       ("forge", r.dir / "forge" / "events.jsonl")):
+        logged, traced = _logged_seqs(log), _traced(r.dir, table)
+        assert logged and len(set(logged)) == len(logged), f"{table}: the log"
+        assert sorted(traced) == sorted(logged), f"{table}: the trace is not the log exactly once\n{out}"
+    # nothing delivered twice: no (worker, event) pair in the deliveries of both drivers' hosts
+    (twice,), = connect(r.dir).execute(
+        "SELECT count(*) FROM (SELECT worker_id, event_id FROM deliveries GROUP BY ALL HAVING count(*) > 1)").fetchall()
+    assert twice == 0, f"{twice} events delivered twice to the same worker\n{out}"
     rows = connect(r.dir).execute("SELECT DISTINCT worker_id FROM lifecycle WHERE event = 'resumed'").fetchall()
     assert len(rows) == WORKERS, f"not every worker went on from its clone: {rows}\n{out}"
     # a finished run is not resumed again

@@ -102,7 +102,6 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
             # The execute-only reference, built once; each host copies run_dir/reference/* into its clones.
             self.task.build_reference(self.run_dir / REFERENCE_DIR / self.task.program)
         else:
-            self._clear_stale_actors()
             self.say("the board: " + ("still running, reattached" if self._board_alive() else
                                       "gone with the previous driver's Ray, started again from its log"))
         ignore_references(self.run_dir)
@@ -292,7 +291,12 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
             left = self.prior.start_wall + self.cfg.deadline_wall_s - time.time()
             self.say(f"resuming: the previous driver (pid {self.prior.pid} on {self.prior.hostname}) is gone; the "
                      f"schedule goes on from its start, " + (f"{left:.0f} s to the deadline" if left > 0 else
-                                                             "its deadline has passed: stopping and scoring"))
+                                                             "its deadline has passed: scoring main as it stands"))
+            budget = self.cfg.gateway.budget
+            if self.cfg.gateway.enabled and any(v is not None for v in (budget.worker_usd, budget.worker_tokens,
+                                                                        budget.run_usd, budget.run_tokens)):
+                self.say("note: the gateway's budgets count from this resume; what was spent before it (the "
+                         "llm_calls table) is not counted against them")
         else:
             (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
         from agensh_ray.agent.harness import gateway_decision
@@ -305,6 +309,8 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
         ended, summary = "interrupted", None
         try:
             self._start_ray()
+            if self.prior is not None:  # before the capacity check: the old driver's slots are freed with them
+                self._clear_stale_actors()
             self._slots = ray.cluster_resources().get("agent_slot")
             nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
             check_capacity(self.cfg, self._slots, ray.available_resources().get("agent_slot"), nodes)
@@ -312,7 +318,9 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
             slots = f", {self._slots:.0f} agent slots" if self._slots is not None else ""
             self.say(f"ray ready ({nodes} node(s){slots}); bootstrapping board, chat, forge (issue #1 = the task)")
             self._bootstrap()
-            if not self.interrupts.requested and self._start_hosts():
+            if self.deadline_passed:  # no worker is started only to be stopped: main is scored as it stands
+                ended = "deadline"
+            elif not self.interrupts.requested and self._start_hosts():
                 self.say(f"{len(self.hosts)} WorkerActors, {len(self.routers)} RouterActors up; launching workers")
                 ended = self._loop()
             # Workers first (their agents stop, their last pushes land), then routers, then the services.

@@ -80,7 +80,7 @@ class Health:
             self.say(f"host {hid} could not be started again: {exc}")
             return
         for w in again:
-            h.launch.remote(w)
+            h.launch.remote(w, True)
         node = where.get("node", "")
         self._lifecycle(f"host {hid}", "resumed", where.get("pid"),
                         f"started again on node {node[:12]}; launched again: {', '.join(again) or 'none'}", node)

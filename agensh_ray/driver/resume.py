@@ -20,7 +20,10 @@ instance dies with it too. So a resumed driver:
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -54,7 +57,7 @@ def read_state(folder: Path) -> DriverState:
     """The driver state of the run folder `folder`, checked resumable; RunFolderError says why not."""
     if not (folder / "config.json").is_file():
         raise RunFolderError(f"nothing to resume in {folder}: no run there (no config.json)")
-    if (folder / "summary.json").is_file():
+    if (folder / "summary.json").is_file() and not interrupted(folder):
         raise RunFolderError(f"run {folder.name} has finished (its summary.json): nothing to resume; its results "
                              f"are in {folder}")
     path = folder / STATE_FILE
@@ -72,6 +75,20 @@ def read_state(folder: Path) -> DriverState:
     return state
 
 
+def interrupted(folder: Path) -> bool:
+    """Did the run stop on a signal (its summary says "ended": "interrupted")? Such a run may be resumed."""
+    try:
+        return json.loads((folder / "summary.json").read_text()).get("ended") == "interrupted"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_actors(run_id: str) -> re.Pattern:
+    """The names of a run's actors but its board (actors/services.py, router.py, gateway.py, the driver's hosts)."""
+    r = re.escape(run_id)
+    return re.compile(rf"(?:chat|forge|gateway-coordinator)-{r}|host-{r}-h\d+|router-{r}-\d+|gateway-{r}-[0-9a-f]{{1,16}}")
+
+
 def driver_alive(state: DriverState) -> bool:
     """Is the driver of `state` still running (on this machine; one elsewhere cannot be checked from here)?"""
     if state.hostname != socket.gethostname() or state.pid == os.getpid():
@@ -85,15 +102,35 @@ def driver_alive(state: DriverState) -> bool:
 
 class Resume:
     def _load_state(self) -> None:
-        """The previous driver's state (resuming), else None."""
+        """Take the run folder (one driver at a time: a lock held while this process lives) and, resuming, the
+        previous driver's state, claimed at once (driver.json names this process: a second `--resume` here is
+        refused); an interrupted run's summary is kept aside as summary.interrupted-<n>.json."""
+        self._lock = open(self.run_dir / ".driver.lock", "a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunFolderError(f"another driver is running run {self.run_id} on this machine") from None
         self.prior = read_state(self.run_dir) if self.cfg.resume else None
-        if self.prior is not None:
-            self.t0 = self.prior.t0
+        if self.prior is None:
+            return
+        self.t0 = self.prior.t0
+        if (self.run_dir / "summary.json").exists():
+            (self.run_dir / "summary.json").replace(self.run_dir / f"summary.interrupted-{self.prior.resumes}.json")
+        self.start_wall = self.prior.start_wall
+        self._save_state(resumes=self.prior.resumes)
 
-    def _save_state(self) -> None:
-        """driver.json, once the hosts are up: the run can be resumed from here on."""
+    @property
+    def deadline_passed(self) -> bool:
+        """Resuming: did the schedule's deadline pass while no driver ran?"""
+        return self.prior is not None and time.time() >= self.prior.start_wall + self.cfg.deadline_wall_s
+
+    def _save_state(self, resumes: int | None = None) -> None:
+        """driver.json: this driver's pid and machine, the schedule's start; written once the hosts are up (the
+        run can be resumed from then on) and, resuming, at once."""
+        if resumes is None:
+            resumes = self.prior.resumes + 1 if self.prior else 0
         state = DriverState(run_id=self.run_id, pid=os.getpid(), hostname=socket.gethostname(), t0=self.t0,
-                            start_wall=self.start_wall, resumes=self.prior.resumes + 1 if self.prior else 0)
+                            start_wall=self.start_wall, resumes=resumes)
         tmp = self.run_dir / f".{STATE_FILE}.tmp"
         tmp.write_text(state.model_dump_json(indent=2))
         tmp.replace(self.run_dir / STATE_FILE)
@@ -101,12 +138,11 @@ class Resume:
     def _clear_stale_actors(self) -> None:
         """Kill what is left of the previous driver's actors (all but the board), and wait until Ray has freed
         their names."""
-        keep = f"board-{self.run_id}"
+        mine = run_actors(self.run_id)
 
         def left() -> list[str]:
             return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                    if a.get("namespace") == "agensh" and a["name"] != keep
-                    and (a["name"].endswith(f"-{self.run_id}") or f"-{self.run_id}-" in a["name"])]
+                    if a.get("namespace") == "agensh" and mine.fullmatch(a["name"])]
 
         try:  # its slots too (a placement group goes with its job; a name left behind would clash)
             remove_placement_group(ray.util.get_placement_group(f"slots-{self.run_id}"))

@@ -120,21 +120,25 @@ class WorkerHost:
         """Schedule seconds since the run started."""
         return (time.time() - self.start_wall) * self.cfg.time_scale
 
-    async def launch(self, worker_id: str) -> None:
+    async def launch(self, worker_id: str, again: bool = False) -> None:
+        """Start a worker. One that ran before (`again`, or its clone is here: launched by a host process or a
+        driver that died) goes on from its clone, if it survived, with a hand-off summary."""
         w = self.workers[worker_id]
         if w.launched:
             return
         w.launched = True
         w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s(),
                                         board=self.cfg.board_tools)
-        resumed = (w.workdir / ".git").exists()  # launched before, by a host process or a driver that died
+        kept = (w.workdir / ".git").exists()
+        resumed = again or kept
         # a kept clone is recovered first (a killed git's lock files would fail setting its remote)
-        fixed = await asyncio.to_thread(self.workdirs.recover, w.id, w.workdir, w.home) if resumed else ""
+        fixed = await asyncio.to_thread(self.workdirs.recover, w.id, w.workdir, w.home) if kept else ""
         await asyncio.to_thread(self.workdirs.prepare, w.id, w.workdir, w.home, self.clone_urls[w.id])
         if resumed:
             # What it claimed and had not finished is open again (its session, which knew, is gone).
             await self.release_claims(w, "its host or the run's driver died before the work was finished")
-            self.lifecycle(w, "resumed", "its host or the run's driver was restarted: clone kept"
+            clone = "clone kept" if kept else "its clone was not on this node: cloned anew (unpushed work lost)"
+            self.lifecycle(w, "resumed", f"its host or the run's driver was restarted: {clone}"
                            + (f" ({fixed})" if fixed else "") + ", new session with hand-off summary")
             text = await handoff_summary(w.id, self.services)
             self.push(w, "handoff", text + (f"\n\nYour clone, left by your previous session: {fixed}." if fixed else ""),
