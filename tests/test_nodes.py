@@ -1,12 +1,13 @@
 """Real multi-node behaviour (marker `cluster`): runs across 3 Ray nodes of this machine
 (`tests/multinode.py`, the `local_cluster` fixture), each driver the real CLI (`python -m agensh_ray.run
---address ...`) in a process of its own. Three runs, one after another: the calm one (where Ray put the
-actors: the services on the driver's node, the hosts spread by `agent_slot` in the run's placement group);
-one with the services on the worker nodes declaring `services`, where every process of the board's node (a
-worker node: it has hosts too) is SIGKILLed mid-run: the run finishes with the calm run's score, the board,
-chat and forge logs are in the trace exactly once, and `lifecycle` shows the lost hosts' workers and the board
-on the node they came back on; one whose driver is SIGKILLed mid-run and started again with `--resume`. The kill matrix's helpers (tests/test_faults.py) compare
-logs and traces."""
+--address ...`) in a process of its own. Two runs, one after another (the cluster tests must fit in 5
+minutes): the calm one (where Ray put the actors: the services on the driver's node, the hosts spread by
+`agent_slot` in the run's placement group), and the disturbed one, with the services on the worker nodes
+declaring `services`: its driver is SIGKILLed early and started again with `--resume`, then every process of
+the board's node (a worker node: it has hosts too) is SIGKILLed. It finishes with the calm run's score, the
+board, chat and forge logs are in the trace exactly once, nothing is delivered twice across the driver's
+restart, and `lifecycle` shows every worker resumed, the lost hosts' workers and the board on the node they
+came back on. The kill matrix's helpers (tests/test_faults.py) compare logs and traces."""
 
 from __future__ import annotations
 
@@ -100,11 +101,13 @@ def calm(runs):
     return summary, r.dir
 
 
-def _placed(run_dir: Path) -> dict[str, str]:
-    """Each actor's first node, from the driver's actor_placed rows (each actor reported its own node)."""
+def _placed(run_dir: Path, since_us: int = 0) -> dict[str, str]:
+    """Each actor's node as placed (its actor_placed row: each actor reports its own node) by the drivers that
+    started after `since_us`; the latest placement wins (a resumed driver places its hosts anew)."""
     rows = connect(run_dir).execute(
-        "SELECT host, node FROM lifecycle WHERE event = 'actor_placed' ORDER BY ts").fetchall()
-    return {host: node for host, node in reversed(rows)}
+        "SELECT host, node FROM lifecycle WHERE event = 'actor_placed' AND epoch_us(ts) >= ? ORDER BY ts",
+        [since_us]).fetchall()
+    return dict(rows)
 
 
 def test_services_on_the_driver_node_and_hosts_spread_by_agent_slot(local_cluster, calm):
@@ -137,22 +140,41 @@ RECOVERY_RUNS = int(os.environ.get("AGENSH_RECOVERY_RUNS", "1"))
 """Node-loss runs for the recovery figure (its median is printed); 1 in CI, 3 for the figure in the docs."""
 
 
-def _kill_services_node(local_cluster, runs, run_id: str, restart: bool) -> dict:
+DRIVER_KILL_AT_BOARD_SEQ = 4
+"""The disturbed run's driver is SIGKILLed at this many board entries, the board's node at KILL_AT_BOARD_SEQ."""
+
+
+def _kill_services_node(local_cluster, runs, run_id: str, restart: bool, kill_driver: bool = False) -> dict:
     """A run with `--services-resource services` (board, chat, forge and routers on n1 or n2, the nodes declaring
     it; hosts spread over all three), every process of the board's node SIGKILLed mid-run: that node's hosts
-    and services are lost at once. With `restart`, the node is started again after the run (3 nodes for the
-    next such run; the driver test after these needs only the 12 slots the other two have)."""
+    and services are lost at once. With `kill_driver`, first its driver is SIGKILLed early and started again
+    with `--resume`, and the node is killed in the resumed run (both failures in one run: the cluster tests must
+    fit in 5 minutes). With `restart`, the node is started again after the run (3 nodes for another run)."""
     ids = local_cluster.node_ids()
-    r = runs(run_id, "--services-resource", "services")
+    r = first = runs(run_id, "--services-resource", "services")
+    acknowledged, since_us = set(), 0
+    if kill_driver:
+        wait_for(lambda: first.board_entries() >= DRIVER_KILL_AT_BOARD_SEQ, 300,
+                 f"{DRIVER_KILL_AT_BOARD_SEQ} board entries")
+        first.kill()
+        acknowledged = set(_logged_seqs(first.dir / "board" / "board.jsonl"))
+        assert not (first.dir / "summary.json").exists()
+        since_us = int(time.time() * 1e6)
+        r = runs(run_id, resume=first)
+        wait_for(lambda: "launching workers" in r.output() or r.proc.poll() is not None, 300,
+                 "the resumed driver's hosts")
 
     def board_node():
         if r.board_entries() < KILL_AT_BOARD_SEQ:
             return None
+        placed = _placed(r.dir, since_us)
+        if sum(a.startswith("host ") for a in placed) < WORKERS // PER_HOST:
+            return None  # the (resumed) driver's placements not in its trace yet
         return _placed(r.dir).get("board")
 
-    node = wait_for(board_node, 300, f"{KILL_AT_BOARD_SEQ} board entries and the board's placement")
+    node = wait_for(board_node, 300, f"{KILL_AT_BOARD_SEQ} board entries and the actors' placement")
     name = {v: k for k, v in ids.items()}[node]
-    placed = _placed(r.dir)
+    placed = _placed(r.dir)  # the latest placement of each actor: the resumed driver's
     killed_at = time.time()
     pids = local_cluster.kill_node(name)
     try:
@@ -161,14 +183,16 @@ def _kill_services_node(local_cluster, runs, run_id: str, restart: bool) -> dict
         if restart:
             local_cluster.restart_node(name)
             local_cluster.wait_for_nodes()
-    return {"run": r, "summary": summary, "ids": ids, "name": name, "node": node, "placed": placed,
-            "killed_at": killed_at, "pids": pids}
+    return {"run": r, "first": first, "summary": summary, "ids": ids, "name": name, "node": node,
+            "placed": placed, "killed_at": killed_at, "pids": pids, "since_us": since_us,
+            "acknowledged": acknowledged}
 
 
 @pytest.fixture(scope="module")
 def node_lost(local_cluster, runs):
-    """The disturbed run both node-loss tests check (one run: the services' node is a worker node too)."""
-    return _kill_services_node(local_cluster, runs, "kill-node", restart=RECOVERY_RUNS > 1)
+    """The disturbed run the node-loss and driver-loss tests check: its driver SIGKILLed and resumed, then the
+    node holding the board (and hosts: a worker node too) SIGKILLed in the resumed run."""
+    return _kill_services_node(local_cluster, runs, "disturbed", restart=RECOVERY_RUNS > 1, kill_driver=True)
 
 
 def test_a_lost_worker_node_loses_nothing_and_its_workers_come_back_elsewhere(local_cluster, calm, runs, node_lost):
@@ -194,7 +218,8 @@ def _check_worker_node_loss(calm_summary: dict, lost: dict) -> float:
     con = connect(r.dir)
     lost_hosts = {a for a, n in lost["placed"].items() if n == dead and a.startswith("host ")}
     assert lost_hosts, lost["placed"]
-    rows = con.execute("SELECT event, host, worker_id, node FROM lifecycle ORDER BY ts").fetchall()
+    rows = con.execute("SELECT event, host, worker_id, node FROM lifecycle WHERE epoch_us(ts) >= ? ORDER BY ts",
+                       [lost["since_us"]]).fetchall()  # the driver that saw the node die
     for a in lost_hosts:
         assert any(e == "actor_died" and h == a and n == dead for e, h, _, n in rows), (a, rows)
         back = [n for e, h, _, n in rows if e == "actor_resumed" and h == a]
@@ -241,36 +266,32 @@ def test_the_board_node_lost_the_board_comes_back_elsewhere_from_its_log(local_c
     assert back == [other], f"the board did not come back on {other}: {rows}\n{out}"
     print(f"\nnode {name} (the board's) killed: {len(node_lost['pids'])} processes; the board came back on the other node")
 
-def test_the_driver_killed_mid_run_resume_goes_on_and_the_run_finishes(calm, runs):
-    """SIGKILL the driver (its whole process group) mid-run; `--resume RUN_ID` reattaches to the detached board,
-    starts the chat and forge from their logs and the hosts with their clones, keeps the schedule, and the run
-    finishes with the undisturbed run's score; every acknowledged board entry is in the log and the trace once."""
+def test_the_driver_killed_mid_run_resume_goes_on_and_the_run_finishes(calm, node_lost):
+    """The disturbed run's driver SIGKILLed (its whole process group) early: `--resume RUN_ID` reattached to the
+    detached board, started the chat and forge from their logs and the hosts with their clones, kept the schedule,
+    and the run (a node lost later too) finished with the undisturbed run's score; every acknowledged board entry
+    is in the log and the trace once; nothing was delivered twice before the node was lost."""
     calm_summary, _ = calm
-    r = runs("driver-killed")
-    wait_for(lambda: r.board_entries() >= KILL_AT_BOARD_SEQ, 300, f"{KILL_AT_BOARD_SEQ} board entries")
-    r.kill()
-    log = r.dir / "board" / "board.jsonl"
-    acknowledged = set(_logged_seqs(log))
-    assert not (r.dir / "summary.json").exists()
-    again = runs("driver-killed", resume=r)
-    summary = again.finish()
+    r, again = node_lost["first"], node_lost["run"]
+    summary = node_lost["summary"]
     out = again.output()
     assert "reattached" in out and "resuming" in out, out
     assert summary["driver_resumes"] == 1 and summary["score"] == calm_summary["score"], out
-    logged = _logged_seqs(log)
-    assert acknowledged <= set(logged)
+    log = r.dir / "board" / "board.jsonl"
+    assert node_lost["acknowledged"] and node_lost["acknowledged"] <= set(_logged_seqs(log))
     for table, log in (("board", log), ("messages", r.dir / "chat" / "chat.jsonl"),
                        ("forge", r.dir / "forge" / "events.jsonl")):
         logged, traced = _logged_seqs(log), _traced(r.dir, table)
         assert logged and len(set(logged)) == len(logged), f"{table}: the log"
         assert sorted(traced) == sorted(logged), f"{table}: the trace is not the log exactly once\n{out}"
-    # nothing delivered twice: no (worker, event) pair in the deliveries of both drivers' hosts
     (twice,), = connect(r.dir).execute(
-        "SELECT count(*) FROM (SELECT worker_id, event_id FROM deliveries GROUP BY ALL HAVING count(*) > 1)").fetchall()
-    assert twice == 0, f"{twice} events delivered twice to the same worker\n{out}"
-    rows = connect(r.dir).execute("SELECT DISTINCT worker_id FROM lifecycle WHERE event = 'resumed'").fetchall()
-    assert len(rows) == WORKERS, f"not every worker went on from its clone: {rows}\n{out}"
+        "SELECT count(*) FROM (SELECT worker_id, event_id FROM deliveries WHERE epoch_us(ts) < ? "
+        "GROUP BY ALL HAVING count(*) > 1)", [int(node_lost["killed_at"] * 1e6)]).fetchall()
+    assert twice == 0, f"{twice} events delivered twice to the same worker across the driver's restart\n{out}"
+    rows = connect(r.dir).execute("SELECT DISTINCT worker_id FROM lifecycle WHERE event = 'resumed' "
+                                  "AND epoch_us(ts) < ?", [int(node_lost["killed_at"] * 1e6)]).fetchall()
+    assert len(rows) == WORKERS, f"not every worker went on from its clone after the resume: {rows}\n{out}"
     # a finished run is not resumed again
-    done = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--resume", "driver-killed", "--run-dir",
+    done = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--resume", r.dir.name, "--run-dir",
                            str(r.run_dir)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "has finished" in done.stderr, done.stderr
