@@ -104,7 +104,6 @@ def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
     assert len(turns_by_worker) == 16, turns_by_worker
     merged = con.execute("SELECT count(DISTINCT pr) FROM forge WHERE kind = 'pr_merged'").fetchone()[0]
     assert merged == summary["prs_merged"]
-    assert time.time() - t0 < 300
 
 
 def ray_processes(cluster, host: str | None = None) -> list[dict]:

@@ -42,7 +42,7 @@ class DriverRun:
                "--run-dir", str(run_dir)]
         cmd += ["--resume", run_id] if resume else [
             "--workers", str(WORKERS), "--workers-per-actor", str(PER_HOST), "--seed", str(SEED),
-            "--time-scale", "240", "--minutes", "1800", "--checkpoint-every", "1000000", "--run-id", run_id, *extra]
+            "--time-scale", "360", "--minutes", "2700", "--checkpoint-every", "1000000", "--run-id", run_id, *extra]
         self.log = run_dir / f"{run_id}{'.resumed' if resume else ''}.out"
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as out:

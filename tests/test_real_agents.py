@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -273,10 +272,8 @@ async def test_handshake_and_a_clear_error_without_credentials(name, key, servic
         # Without credentials: a prompt, clear error, not a hang.
         bare = ProcessSession(get_harness(name), "w001", workdir, tmp_path / "home-bare", url, _Quiet(),
                             log_dir=tmp_path / "logs", secrets={})
-        t0 = time.monotonic()
-        with pytest.raises(AgentNeedsCredentials) as err:
+        with pytest.raises(AgentNeedsCredentials) as err:  # not the start's timeout: the prompt was recognised
             await bare.start(timeout_s=60)
-        assert time.monotonic() - t0 < 45
         assert key in str(err.value)
         assert not bare.alive
         # With (fake) credentials: initialize, authenticate, session/new with our HTTP MCP server.

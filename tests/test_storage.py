@@ -220,7 +220,8 @@ def test_a_board_actor_on_a_node_without_the_staging_copy_reloads_its_log(s3, ra
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_demo_run_on_s3_with_the_store_gone_for_20s(s3, tmp_path):
-    """The demo (3 sim workers, 2 schedule hours, unsandboxed to spare the machine) with `--run-dir s3://...`: the store unreachable for 20 s mid-run, then
+    """The demo (3 sim workers, 80 schedule minutes: 40 s at x120; unsandboxed to spare the machine) with `--run-dir
+    s3://...`: the store unreachable for 20 s mid-run (a run ending meanwhile waits for the store to ship), then
     back; the run finishes, the store holds every file of the staging copy byte for byte, and the report
     reads the run from the URI (the staging copy deleted first)."""
     gate, env = s3
@@ -229,7 +230,7 @@ def test_demo_run_on_s3_with_the_store_gone_for_20s(s3, tmp_path):
     staging = storage.staging_parent(base) / "s3demo"
     out = open(tmp_path / "run.out", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agensh_ray.run", "--workers", "3", "--minutes", "120", "--run-dir", base,
+        [sys.executable, "-m", "agensh_ray.run", "--workers", "3", "--minutes", "80", "--run-dir", base,
          "--run-id", "s3demo", "--no-sandbox"], cwd=PROJECT_ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
         start_new_session=True)
     t_start = time.monotonic()
