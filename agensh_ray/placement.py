@@ -10,13 +10,11 @@ from agensh_ray.errors import CapacityError
 
 def host_options(cfg: RunConfig, n_workers: int, cluster_slots: float | None) -> dict:
     """Ray options of one WorkerActor hosting n_workers: an agent slot per worker where the
-    cluster declares slots, and the memory its agents need. The driver places it in its bundle of the run's
-    placement group (driver/slots.py), whose bundles are `slot_bundles`; SPREAD is what that group asks for."""
+    cluster declares slots, and the memory its agents need. Where it goes is its bundle of the run's placement
+    group (`slot_bundles`, spread over the nodes; driver/slots.py), which the driver adds."""
     opts: dict = {}
     if cluster_slots is not None:
         opts["resources"] = {"agent_slot": n_workers}
-        # Spread the hosts over the nodes: Ray's default fills the driver's node (the head) first.
-        opts["scheduling_strategy"] = "SPREAD"
     if memory := worker_memory(cfg, n_workers):
         opts["memory"] = memory
     return opts
