@@ -222,6 +222,7 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.security
 @pytest.mark.parametrize("line,refused", COMMANDS, ids=[c[0][:50] for c in COMMANDS])
 def test_the_command_policy(repo, line, refused):
     reason = PermissionPolicy(repo, "w001").command(line)

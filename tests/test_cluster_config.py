@@ -194,7 +194,8 @@ def test_rsync_leaves_the_ignored_files_behind_and_fetches_whole_runs(name, tmp_
     )
     checkout = tmp_path / "checkout"
     for rel in ("agensh_ray/x.py", ".venv/bin/python", ".git/HEAD", "runs/r1/trace/board/a.parquet",
-                ".ci/node/bin/copilot", ".ci/run", "tasks/t/node_modules/m.js", "tasks/t/spec.md"):
+                ".ci/node/bin/copilot", ".ci/run", "tasks/t/node_modules/m.js", "tasks/t/spec.md",
+                "secrets/README.md", "secrets/agents.env"):
         (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
         (checkout / rel).write_text("x")
     (checkout / ".gitignore").write_text((ROOT / ".gitignore").read_text())
@@ -208,6 +209,10 @@ def test_rsync_leaves_the_ignored_files_behind_and_fetches_whole_runs(name, tmp_
     up = rsync(f"{checkout}/", tmp_path / "node" / "agensh-ray")
     assert {"agensh_ray/x.py", ".ci/run", "tasks/t/spec.md", ".gitignore"} <= up
     assert not {p for p in up if p.startswith((".venv", ".git/", "runs", ".ci/node")) or "node_modules" in p}
+    # The credentials never travel with the code; the entry "~/agensh-secrets": "./secrets" carries them.
+    assert "secrets/README.md" in up and "secrets/agents.env" not in up
+    assert cfg["file_mounts"]["~/agensh-secrets"] == "./secrets"
+    assert rsync(f"{checkout}/secrets/", tmp_path / "node" / "agensh-secrets") == {"README.md", "agents.env"}
 
     # Down: a run folder, as README.md says (trailing slashes), from shared storage or the checkout.
     runs = tmp_path / "node" / "shared" / "runs"

@@ -1,7 +1,7 @@
 """`ray up` as README.md's "On a cluster" says, for real: cluster-local.yaml on two hosts (head and
 one worker), each with its own address, sshd, home, /tmp and process table, on this machine
-(tests/cluster/sandbox.py). Every step runs as the README writes it: the token, the secrets file,
-`ray up`, `ray exec` of a sim run with `--address auto`, `ray rsync-down` of the run folder, DuckDB
+(tests/cluster/sandbox.py). Every step runs as the README writes it: the token, `ray up` (no secrets
+file: a sim run needs none), `ray exec` of a sim run with `--address auto`, `ray rsync-down` of the run folder, DuckDB
 over it, `ray down`. The hosts run the file's setup commands as written (venv, pip install, the
 pinned agent CLIs from npm), so they need the package registries.
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN_ID = "ray-up-test"
 SHARED_RUNS = "/mnt/agensh/runs"  # the hosts' shared folder (an NFS mount on real hosts)
 
-pytestmark = [pytest.mark.ray_up, pytest.mark.slow, pytest.mark.timeout(600)]  # its steps bound themselves; cleanup of two hosts is slow on a loaded machine
+pytestmark = [pytest.mark.cluster, pytest.mark.ray_up, pytest.mark.slow, pytest.mark.timeout(600)]  # its steps bound themselves; cleanup of two hosts is slow on a loaded machine
 
 
 def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
@@ -44,8 +44,12 @@ def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
 
         # Once, on the machine you run `ray up` from (README).
         step("token", "ray get-auth-token --generate", 60)
-        step("secrets", "touch ~/agensh-secrets.env && chmod 600 ~/agensh-secrets.env", 10)
         step("ray up", f"ray up -y {cfg}", 200)
+        # The checkout's secrets/ folder went to the head, owner-only; with no agents.env in it nothing is named.
+        secrets = step("secrets", f"ray exec {cfg} 'stat -c %a ~/agensh-secrets && ls ~/agensh-secrets && "
+                                  f"echo secrets=${{AGENSH_SECRETS_FILE:-none}}'", 60)
+        assert "\n700\n" in secrets.output and "README.md" in secrets.output, secrets.output[-2000:]
+        assert "secrets=none" in secrets.output, secrets.output[-2000:]
         # README: ray exec ... 'until ray status | grep -q " 16 local.cluster.node"; do sleep 5; done'
         step("workers join", f"ray exec {cfg} 'until ray status | grep -q \" 2 local.cluster.node\"; do sleep 5; done'",
              200)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agensh_ray.agent.harness import get_harness
 from agensh_ray.agent.sandbox import (
     RELAY_MOUNT,
@@ -167,6 +169,7 @@ def test_one_relay_per_host_and_port(tmp_path):
     assert [(r.port, r.socket) for r in p.routes] == [(5, "0.sock"), (6, "1.sock")]
 
 
+@pytest.mark.security
 def test_without_bubblewrap_a_run_refuses_to_start_unless_told_no_sandbox(tmp_path):
     """The CLI, as a user runs it, on a PATH without bwrap: it refuses before starting anything, says why and
     what to do; `--no-sandbox` turns the sandbox off in the run's config."""

@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,6 +106,8 @@ NORMAL_TURN = [
     sh("git push -q origin HEAD:refs/heads/w001/own-git 2>&1; echo rc=$?"),
     Step(do="mcp", tool="pr_create", args={"head": "w001/hello", "title": "hello", "body": "a normal PR"}),
     Step(do="mcp", tool="pr_merge", args={"number": 2}),
+    # 5-14: the board answers writes as usual after the attacks (timed at the agent, through its MCP relay)
+    *[Step(do="mcp", tool="board_write", args={"type": "FACT", "text": f"still answering {i}"}) for i in range(10)],
 ]
 
 
@@ -206,6 +209,13 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     assert "rc=0" in normal[2][1], normal[2]
     assert normal[3][1].startswith("opened: PR #2"), normal[3]
     assert normal[4][1].startswith("merged: PR #2"), normal[4]
+    # Board writes answer within 100 ms (median of 10, at the agent: MCP over the sandbox's relay).
+    writes = [s for s in steps(log, 1) if 5 <= s["step"] <= 14]
+    assert all(s["ok"] and text(s).startswith("written:") for s in writes), writes
+    write_ms = sorted(1000 * s["seconds"] for s in writes)
+    print(f"board_write at the agent after the attacks: median {statistics.median(write_ms):.1f} ms, "
+          f"max {write_ms[-1]:.1f} ms")
+    assert statistics.median(write_ms) < 100, write_ms
     assert forge_git(run_dir / "forge", "show", "main:hello.txt") == "hello\n"
     assert forge_git(run_dir / "forge", "rev-parse", "main") != main_before
     branches = forge_git(run_dir / "forge", "for-each-ref", "--format=%(refname:short)", "refs/heads").split()

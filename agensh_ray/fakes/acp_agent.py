@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -107,11 +108,14 @@ class ScriptedAgent:
         steps = turns[n] if n < len(turns) else (turns[-1] if turns and self.script.repeat_last else [])
         self.record(event="prompt", turn=n, text=text)
         for i, step in enumerate(steps):
+            began = time.perf_counter()
             try:
                 result = await self.run(session_id, s, step)
-                self.record(event="step", turn=n, step=i, do=step.do, ok=True, result=result)
+                self.record(event="step", turn=n, step=i, do=step.do, ok=True, result=result,
+                            seconds=round(time.perf_counter() - began, 4))
             except Exception as exc:  # a refusal is a result too: the test asserts on it
-                self.record(event="step", turn=n, step=i, do=step.do, ok=False, result=f"{type(exc).__name__}: {exc}")
+                self.record(event="step", turn=n, step=i, do=step.do, ok=False, result=f"{type(exc).__name__}: {exc}",
+                            seconds=round(time.perf_counter() - began, 4))
         return PromptResponse(stop_reason="end_turn")
 
     async def run(self, sid: str, s: dict[str, Any], step: Step) -> Any:
