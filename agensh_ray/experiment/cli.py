@@ -19,7 +19,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         description=(
             "Run an experiment: every cell of the plan (tasks x ablations x worker counts x seeds; 1 worker is the "
             "single-agent baseline) as a normal run folder EXP/cells/<cell>/, then print the table across cells "
-            "(mean score and spread over seeds, resolved %%, time to score, merges, conflicts, DMs, claims settled, "
+            "(mean score and spread over seeds, resolved %, time to score, merges, conflicts, DMs, claims settled, "
             "cost per point) and write it to EXP/summary.md, EXP/summary.csv and EXP/cells.csv. The plan, each "
             "cell's exact RunConfig (EXP/configs/) and the git commit (EXP/ledger.jsonl) are recorded. Run it "
             "again to resume: finished cells (a summary.json that did not end interrupted) are skipped. "
