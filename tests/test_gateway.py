@@ -143,6 +143,21 @@ async def test_a_429_storm_is_retried_after_retry_after_and_the_agent_sees_no_er
     assert report.calls == 1 and report.failed == 0 and report.budget is None
 
 
+async def test_the_providers_rate_limit_paces_calls_without_spending_their_attempts(openai_fake, tmp_path):
+    """Twelve calls at once against a provider that takes 2 a second (no limit told to the gateway): each
+    429 saying the limit is used up pauses the lane for the provider's Retry-After; the calls it sends
+    back spend no attempt, so the last of them, refused more often than max_attempts (5), still gets
+    its answer."""
+    fake = openai_fake(SAY, faults=FaultSchedule(rate_limit_rpm=120))
+    async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:
+        answers = await asyncio.gather(*(rig.post(f"w{i:03d}", chat(f"w{i:03d}")) for i in range(1, 13)))
+    assert [a.status_code for a in answers] == [200] * 12
+    rows = rig.rows()
+    assert len(rows) == 12 and {r["status"] for r in rows} == {"ok"}, rows
+    assert sum(r.status == 429 for r in fake.requests) >= 6  # the limit refused the early arrivals
+    assert max(r["retries"] for r in rows) >= FAST.max_attempts, [r["retries"] for r in rows]
+
+
 async def test_a_dead_provider_is_given_up_on_with_its_own_error_and_the_turn_report_says_so(openai_fake, tmp_path):
     fake = openai_fake(SAY, faults=FaultSchedule(error_rate=1.0, error_status=500))
     async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:

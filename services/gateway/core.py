@@ -56,6 +56,11 @@ ERROR_BODY_MAX = 65536
 EXHAUSTED = ("x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens",
              "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-tokens-remaining")
 """A 429 with one of these at 0 means the provider's limit is used up: the whole lane waits."""
+
+
+def exhausted(headers: list[tuple[str, str]]) -> bool:
+    """Whether a 429's headers say the provider's rate limit is used up (rather than, say, an overload)."""
+    return any(k.lower() in EXHAUSTED and v.strip() == "0" for k, v in headers)
 JSON = [("content-type", "application/json")]
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 """No answer, a broken connection, a stream cut, a provider silent for longer than the read timeout."""
@@ -232,7 +237,12 @@ class Gateway:
                                                                          strip, req.method, out)
             if status == 0:
                 return  # answered (or cut after bytes reached the agent)
-            wait = self.retry.next_wait(attempt, status, after, time.perf_counter() - call.t0)
+            if status == 429 and exhausted(fail_headers):
+                # The provider's rate limit, which this call crossed by arriving a moment early: pacing, not a
+                # failure. The lane waits out the provider's Retry-After and the call goes again at the front of
+                # its worker's queue without spending an attempt; give_up_s still bounds it.
+                attempt -= 1
+            wait = self.retry.next_wait(max(1, attempt), status, after, time.perf_counter() - call.t0)
             if wait is None:
                 call.status = "gave_up" if self.retry.retryable(status) else "error"
                 call.http_status = status or 502
@@ -267,7 +277,7 @@ class Gateway:
                     data = await resp.content.read(ERROR_BODY_MAX)
                     call.error = f"{call.provider} {call.model} answered {resp.status}: {error_text(data)}"
                     after = retry_after_s(resp.headers)
-                    if resp.status == 429 and any(resp.headers.get(h) == "0" for h in EXHAUSTED):
+                    if resp.status == 429 and exhausted(response_headers(resp.headers)):
                         self.admission.pause(ticket, after if after is not None else 1.0)
                     # The provider counted nothing of a refused call: neither does the limit.
                     return resp.status, after, data, response_headers(resp.headers)

@@ -6,7 +6,8 @@ provider's ``retry-after-ms`` / ``retry-after`` (seconds or an HTTP date) and ad
 calls that failed together do not come back together; without one it backs off exponentially
 with full jitter. The gateway gives up after `max_attempts` or when the next wait would pass
 `give_up_s` since the call arrived; the agent then gets the provider's last answer, and the
-call's `llm_calls` row says `gave_up`.
+call's `llm_calls` row says `gave_up`. A 429 saying the provider's rate limit is used up spends no
+attempt (core.py: the lane waits it out; only `give_up_s` bounds such a call).
 """
 
 from __future__ import annotations
