@@ -134,7 +134,8 @@ class RetryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_attempts: int = 8
-    """Attempts per call before giving up (the agent then gets the provider's last answer)."""
+    """Attempts per call before giving up (the agent then gets the provider's last answer). A 429 saying the
+    provider's rate limit is used up is pacing and does not count; give_up_s bounds those."""
     give_up_s: float = 600.0
     """Give up when the next wait would pass this many seconds since the call arrived."""
     base_s: float = 1.0

@@ -46,9 +46,9 @@ def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
         step("token", "ray get-auth-token --generate", 60)
         step("ray up", f"ray up -y {cfg}", 200)
         # The checkout's secrets/ folder went to the head, owner-only; with no agents.env in it nothing is named.
-        secrets = step("secrets", f"ray exec {cfg} 'stat -c %a ~/agensh-secrets && ls ~/agensh-secrets && "
+        secrets = step("secrets", f"ray exec {cfg} 'stat -c mode=%a ~/agensh-secrets && ls ~/agensh-secrets && "
                                   f"echo secrets=${{AGENSH_SECRETS_FILE:-none}}'", 60)
-        assert "\n700\n" in secrets.output and "README.md" in secrets.output, secrets.output[-2000:]
+        assert "mode=700" in secrets.output and "README.md" in secrets.output, secrets.output[-2000:]
         assert "secrets=none" in secrets.output, secrets.output[-2000:]
         # README: ray exec ... 'until ray status | grep -q " 16 local.cluster.node"; do sleep 5; done'
         step("workers join", f"ray exec {cfg} 'until ray status | grep -q \" 2 local.cluster.node\"; do sleep 5; done'",

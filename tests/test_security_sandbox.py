@@ -211,6 +211,7 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     assert normal[4][1].startswith("merged: PR #2"), normal[4]
     # Board writes answer within 100 ms (median of 10, at the agent: MCP over the sandbox's relay).
     writes = [s for s in steps(log, 1) if 5 <= s["step"] <= 14]
+    assert len(writes) == 10, writes
     assert all(s["ok"] and text(s).startswith("written:") for s in writes), writes
     write_ms = sorted(1000 * s["seconds"] for s in writes)
     print(f"board_write at the agent after the attacks: median {statistics.median(write_ms):.1f} ms, "

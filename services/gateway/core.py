@@ -58,6 +58,10 @@ EXHAUSTED = ("x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens",
 """A 429 with one of these at 0 means the provider's limit is used up: the whole lane waits."""
 
 
+PACED_WAIT_STEP_S, PACED_WAIT_MAX_S = 0.05, 1.0
+"""A call the provider's rate limit refused n times in a row waits at least min(n x step, max) to go again."""
+
+
 def exhausted(headers: list[tuple[str, str]]) -> bool:
     """Whether a 429's headers say the provider's rate limit is used up (rather than, say, an overload)."""
     return any(k.lower() in EXHAUSTED and v.strip() == "0" for k, v in headers)
@@ -228,10 +232,11 @@ class Gateway:
                        out: Responder) -> None:
         url, headers = up.url(rest, req.query), up.headers(req.headers)
         estimate = len(req.body) / 4
-        attempt = 0
+        attempt = tries = paced = 0
         while True:
             attempt += 1
-            ticket = await self.admission.acquire(call.provider, call.model, call.worker, estimate, front=attempt > 1)
+            tries += 1
+            ticket = await self.admission.acquire(call.provider, call.model, call.worker, estimate, front=tries > 1)
             call.queued_s += ticket.queued_s
             status, after, fail_body, fail_headers = await self._attempt(call, ticket, up, url, headers, body,
                                                                          strip, req.method, out)
@@ -242,12 +247,22 @@ class Gateway:
                 # failure. The lane waits out the provider's Retry-After and the call goes again at the front of
                 # its worker's queue without spending an attempt; give_up_s still bounds it.
                 attempt -= 1
+                paced += 1
+            else:
+                paced = 0
             wait = self.retry.next_wait(max(1, attempt), status, after, time.perf_counter() - call.t0)
+            if wait is not None and paced:
+                # A provider that says "used up" with no wait (Retry-After 0, or a date already past) is not
+                # asked again in a hot loop: the call's own wait grows 50 ms per such answer in a row, to 1 s.
+                wait = max(wait, min(PACED_WAIT_MAX_S, PACED_WAIT_STEP_S * paced))
+                if time.perf_counter() - call.t0 + wait > self.retry.cfg.give_up_s:
+                    wait = None
             if wait is None:
                 call.status = "gave_up" if self.retry.retryable(status) else "error"
                 call.http_status = status or 502
                 if call.status == "gave_up":
-                    call.error = f"{call.error} (gave up after {attempt} attempts)"
+                    counted = "" if tries == attempt else f", {attempt} of them counted (the rest met the rate limit)"
+                    call.error = f"{call.error} (gave up after {tries} attempts{counted})"
                 if status is None:
                     fail_body = error_body(call.provider, 502, f"agensh gateway: {call.error}", "api_error")
                     fail_headers = JSON

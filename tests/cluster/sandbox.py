@@ -166,6 +166,16 @@ class LoopbackCluster:
         cfg["cluster_name"] = f"{cfg['cluster_name']}-test-{os.getpid()}"
         cfg["provider"]["head_ip"] = self.addresses[0]
         cfg["provider"]["worker_ips"] = self.addresses[1:]
+        mounts = cfg.get("file_mounts") or {}
+        if "~/agensh-secrets" in mounts:
+            # The checkout's secrets/ as a clean copy: a developer's own secrets/agents.env stays here.
+            secrets = self.work / "secrets"
+            secrets.mkdir(exist_ok=True)
+            for f in (Path(source).parent / mounts["~/agensh-secrets"]).glob("*"):
+                if f.is_file() and ".env" not in f.name:
+                    shutil.copy(f, secrets / f.name)
+            os.chown(secrets, UID, GID)
+            mounts["~/agensh-secrets"] = self.inside(secrets)
         self.cluster_names.append(cfg["cluster_name"])
         path = self.work / (dest_name or Path(source).name)
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
