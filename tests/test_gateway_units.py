@@ -155,6 +155,11 @@ def test_retry_after_in_every_form_and_the_policy_gives_up():
     assert p.next_wait(4, 429, 1, 0) is None  # attempts used up
     assert p.next_wait(1, 429, 15.0, 20) is None  # would pass give_up_s
     assert p.next_wait(1, 529, 100.0, 0) <= 30  # capped at max_wait_s (+ jitter)
+    # The provider's rate limit used up ("paced" answers in a row): no attempt spent, and no hot loop on a
+    # Retry-After of 0: at least 50 ms per such answer, to 1 s; give_up_s still bounds it.
+    assert 0.15 <= p.next_wait(4, 429, 0.0, 0, paced=3) <= 0.15 * 1.5
+    assert p.next_wait(0, 429, 0.0, 0, paced=100) >= 1.0
+    assert p.next_wait(4, 429, 0.0, 29.99, paced=1) is None
 
 
 # -- admission --------------------------------------------------------------------------------

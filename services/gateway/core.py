@@ -56,18 +56,14 @@ ERROR_BODY_MAX = 65536
 EXHAUSTED = ("x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens",
              "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-tokens-remaining")
 """A 429 with one of these at 0 means the provider's limit is used up: the whole lane waits."""
-
-
-PACED_WAIT_STEP_S, PACED_WAIT_MAX_S = 0.05, 1.0
-"""A call the provider's rate limit refused n times in a row waits at least min(n x step, max) to go again."""
+JSON = [("content-type", "application/json")]
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+"""No answer, a broken connection, a stream cut, a provider silent for longer than the read timeout."""
 
 
 def exhausted(headers: list[tuple[str, str]]) -> bool:
     """Whether a 429's headers say the provider's rate limit is used up (rather than, say, an overload)."""
     return any(k.lower() in EXHAUSTED and v.strip() == "0" for k, v in headers)
-JSON = [("content-type", "application/json")]
-UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-"""No answer, a broken connection, a stream cut, a provider silent for longer than the read timeout."""
 
 
 @dataclass
@@ -232,9 +228,8 @@ class Gateway:
                        out: Responder) -> None:
         url, headers = up.url(rest, req.query), up.headers(req.headers)
         estimate = len(req.body) / 4
-        attempt = tries = paced = 0
+        attempts = tries = paced = 0
         while True:
-            attempt += 1
             tries += 1
             ticket = await self.admission.acquire(call.provider, call.model, call.worker, estimate, front=tries > 1)
             call.queued_s += ticket.queued_s
@@ -242,26 +237,17 @@ class Gateway:
                                                                          strip, req.method, out)
             if status == 0:
                 return  # answered (or cut after bytes reached the agent)
-            if status == 429 and exhausted(fail_headers):
-                # The provider's rate limit, which this call crossed by arriving a moment early: pacing, not a
-                # failure. The lane waits out the provider's Retry-After and the call goes again at the front of
-                # its worker's queue without spending an attempt; give_up_s still bounds it.
-                attempt -= 1
-                paced += 1
-            else:
-                paced = 0
-            wait = self.retry.next_wait(max(1, attempt), status, after, time.perf_counter() - call.t0)
-            if wait is not None and paced:
-                # A provider that says "used up" with no wait (Retry-After 0, or a date already past) is not
-                # asked again in a hot loop: the call's own wait grows 50 ms per such answer in a row, to 1 s.
-                wait = max(wait, min(PACED_WAIT_MAX_S, PACED_WAIT_STEP_S * paced))
-                if time.perf_counter() - call.t0 + wait > self.retry.cfg.give_up_s:
-                    wait = None
+            # A 429 saying the provider's rate limit is used up: this call arrived a moment early. Pacing, not a
+            # failure: the lane waits out the Retry-After, the call goes again at the front of its worker's
+            # queue, and it spends no attempt (retry.py; give_up_s still bounds it).
+            paced = paced + 1 if status == 429 and exhausted(fail_headers) else 0
+            attempts += not paced
+            wait = self.retry.next_wait(attempts, status, after, time.perf_counter() - call.t0, paced)
             if wait is None:
                 call.status = "gave_up" if self.retry.retryable(status) else "error"
                 call.http_status = status or 502
                 if call.status == "gave_up":
-                    counted = "" if tries == attempt else f", {attempt} of them counted (the rest met the rate limit)"
+                    counted = "" if tries == attempts else f", {attempts} of them counted (the rest met the rate limit)"
                     call.error = f"{call.error} (gave up after {tries} attempts{counted})"
                 if status is None:
                     fail_body = error_body(call.provider, 502, f"agensh gateway: {call.error}", "api_error")
@@ -291,11 +277,11 @@ class Gateway:
                 if resp.status >= 400:
                     data = await resp.content.read(ERROR_BODY_MAX)
                     call.error = f"{call.provider} {call.model} answered {resp.status}: {error_text(data)}"
-                    after = retry_after_s(resp.headers)
-                    if resp.status == 429 and exhausted(response_headers(resp.headers)):
+                    after, kept = retry_after_s(resp.headers), response_headers(resp.headers)
+                    if resp.status == 429 and exhausted(kept):
                         self.admission.pause(ticket, after if after is not None else 1.0)
                     # The provider counted nothing of a refused call: neither does the limit.
-                    return resp.status, after, data, response_headers(resp.headers)
+                    return resp.status, after, data, kept
                 meter = call.meter = Meter(call.api, call.stream, strip)
                 try:
                     first = await resp.content.readany()

@@ -19,6 +19,7 @@ from email.utils import parsedate_to_datetime
 from agensh_ray.config import RetryConfig
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+PACED_STEP_S, PACED_MAX_S = 0.05, 1.0
 
 
 def retry_after_s(headers: dict[str, str], now: float | None = None) -> float | None:
@@ -61,11 +62,17 @@ class RetryPolicy:
         cap = min(self.cfg.max_wait_s, self.cfg.base_s * 2 ** (attempt - 1))
         return self.rng.uniform(cap / 2, cap)
 
-    def next_wait(self, attempt: int, status: int | None, after: float | None, elapsed_s: float) -> float | None:
-        """The wait before trying again, or None to give up."""
-        if not self.retryable(status) or attempt >= self.cfg.max_attempts:
+    def next_wait(self, attempt: int, status: int | None, after: float | None, elapsed_s: float,
+                  paced: int = 0) -> float | None:
+        """The wait before trying again, or None to give up. `attempt`: the attempts that counted so far;
+        `paced`: how many answers in a row (this one included) said the provider's rate limit is used up.
+        Those spend no attempt, and their wait grows by PACED_STEP_S each, to PACED_MAX_S, so a provider
+        answering "used up" with a Retry-After of 0 is not asked again in a hot loop."""
+        if not self.retryable(status) or (not paced and attempt >= self.cfg.max_attempts):
             return None
-        wait = self.delay(attempt, after)
+        wait = self.delay(max(1, attempt), after)
+        if paced:
+            wait = max(wait, min(PACED_MAX_S, PACED_STEP_S * paced))
         if elapsed_s + wait > self.cfg.give_up_s:
             return None
         return wait
