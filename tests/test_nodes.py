@@ -110,6 +110,13 @@ def _placed(run_dir: Path, since_us: int = 0) -> dict[str, str]:
     return dict(rows)
 
 
+def _resumed(run_dir: Path, since_us: int) -> set[str]:
+    """The workers that went on from their clones (a `resumed` lifecycle row) since `since_us`."""
+    rows = connect(run_dir).execute("SELECT DISTINCT worker_id FROM lifecycle WHERE event = 'resumed' "
+                                    "AND epoch_us(ts) >= ?", [since_us]).fetchall()
+    return {w for (w,) in rows}
+
+
 def test_services_on_the_driver_node_and_hosts_spread_by_agent_slot(local_cluster, calm):
     summary, run_dir = calm
     ids = local_cluster.node_ids()
@@ -170,9 +177,12 @@ def _kill_services_node(local_cluster, runs, run_id: str, restart: bool, kill_dr
         placed = _placed(r.dir, since_us)
         if sum(a.startswith("host ") for a in placed) < WORKERS // PER_HOST:
             return None  # the (resumed) driver's placements not in its trace yet
+        if kill_driver and len(_resumed(r.dir, since_us)) < WORKERS:
+            return None  # a worker not yet gone on from its clone: the node is killed once every one has
         return _placed(r.dir).get("board")
 
-    node = wait_for(board_node, 300, f"{KILL_AT_BOARD_SEQ} board entries and the actors' placement")
+    node = wait_for(board_node, 300, f"{KILL_AT_BOARD_SEQ} board entries, the actors' placement and (resumed) "
+                    "every worker gone on from its clone")
     name = {v: k for k, v in ids.items()}[node]
     placed = _placed(r.dir)  # the latest placement of each actor: the resumed driver's
     killed_at = time.time()

@@ -89,15 +89,24 @@ def run_actors(run_id: str) -> re.Pattern:
     return re.compile(rf"(?:chat|forge|gateway-coordinator)-{r}|host-{r}-h\d+|router-{r}-\d+|gateway-{r}-[0-9a-f]{{1,16}}")
 
 
+CMDLINE_LOOKS, CMDLINE_WAIT_S = 20, 0.05
+"""A command line read empty is read again this often, this far apart: a process just started shows an empty one
+until its exec has set the new one (seen here: a pid straight from Popen read b'' 4 times in 5)."""
+
+
 def driver_alive(state: DriverState) -> bool:
     """Is the driver of `state` still running (on this machine; one elsewhere cannot be checked from here)?"""
     if state.hostname != socket.gethostname() or state.pid == os.getpid():
         return False
-    try:
-        cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"agensh_ray.run" in cmdline
+    for _ in range(CMDLINE_LOOKS):
+        try:
+            cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        if cmdline:
+            return b"agensh_ray.run" in cmdline
+        time.sleep(CMDLINE_WAIT_S)  # empty: the process is mid-exec (its new command line not set yet), or a zombie
+    return False
 
 
 class Resume:
