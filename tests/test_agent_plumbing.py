@@ -288,3 +288,38 @@ async def test_a_dead_agent_is_reported_with_its_redacted_last_words(tmp_path, m
     log = (tmp_path / "logs" / "w001.agent.stderr").read_text()
     assert "boom, key=***" in log
     assert "sk-very-secret-1234" not in log + str(err.value)
+
+
+async def test_a_session_on_a_restarted_shared_agent_is_told_it_died_and_opens_a_new_one(tmp_path):
+    """Two workers' sessions on one shared sim process (--workers-per-actor): the process dies, the session
+    in a turn restarts it; the other one, idle meanwhile, is told at its next prompt that its agent died
+    (AgentDied: the worker recovers) instead of prompting the new process with a session it never opened
+    (which failed every later turn as a turn error)."""
+    from agensh_ray.agent.mux import MuxSession, SharedAgent
+
+    h = get_harness("sim")
+    home = tmp_path / "home"
+    shared = SharedAgent(h, h.environment(home=home, extra={}), tmp_path, tmp_path / "logs", "h000.shared-agent")
+    sessions = []
+    for w in ("w001", "w002"):
+        (tmp_path / w).mkdir()
+        sessions.append(MuxSession(shared, w, tmp_path / w, f"http://127.0.0.1:9/w/{w}/tok/mcp", SessionObserver()))
+    a, b = sessions
+    try:
+        await asyncio.wait_for(a.start(timeout_s=30), 40)
+        await asyncio.wait_for(b.start(timeout_s=30), 40)
+        old_pid, old_b = shared.process.proc.pid, b.session_id
+        shared.process.proc.kill()
+        await shared.process.proc.wait()
+        assert not a.alive and not b.alive
+        await asyncio.wait_for(a.restart(), 40)  # the session that saw the death restarts the process
+        assert a.alive and shared.process.proc.pid != old_pid and not b.alive
+        with pytest.raises(AgentDied, match="restarted since this session opened"):
+            await b.prompt("go on")
+        await asyncio.wait_for(b.restart(), 40)  # what the worker's recover() does: a new session, same process
+        assert b.alive and b.session_id != old_b and shared.process.proc.pid != old_pid
+        assert set(shared.client.clients) == {a.session_id, b.session_id}
+    finally:
+        for s in sessions:
+            await s.close()
+        await shared.close()

@@ -94,6 +94,7 @@ def test_dm_over_the_websocket_is_delivered_mid_turn(chat, mm_env, tmp_path):
     wait_for(lambda: chat.last_seq > start, 10, "the websocket to deliver the DM")
     [msg] = chat.messages_since(start)
     assert (msg.sender, msg.to, msg.text) == ("w003", "w001", "stop: upper is already merged")
+    wait_for(lambda: seen, 10, "the listener")  # called after the log's lock is released, on the websocket thread
     assert seen == [msg]
 
     cfg = RunConfig(workers=3)

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from agensh_ray.analysis.views import connect
+from agensh_ray.config import worker_ids
+from agensh_ray.worker.workdir import Workdirs
 from tests.multinode import QUIET_ENV
 from tests.support import wait_for
 from tests.test_faults import KILL_AT_BOARD_SEQ, SEED, _logged_seqs, _traced
@@ -161,8 +163,9 @@ def _kill_services_node(local_cluster, runs, run_id: str, restart: bool, kill_dr
     r = first = runs(run_id, "--services-resource", "services")
     acknowledged, since_us = set(), 0
     if kill_driver:
-        wait_for(lambda: first.board_entries() >= DRIVER_KILL_AT_BOARD_SEQ, 300,
-                 f"{DRIVER_KILL_AT_BOARD_SEQ} board entries")
+        wait_for(lambda: first.board_entries() >= DRIVER_KILL_AT_BOARD_SEQ and all(
+            Workdirs.kept(w, first.dir / "workers" / w / "repo", first.dir / "workers" / w / "home")
+            for w in worker_ids(WORKERS)), 300, f"{DRIVER_KILL_AT_BOARD_SEQ} board entries and every worker's clone")
         first.kill()
         acknowledged = set(_logged_seqs(first.dir / "board" / "board.jsonl"))
         assert not (first.dir / "summary.json").exists()

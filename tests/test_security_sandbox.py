@@ -250,6 +250,8 @@ async def test_the_shared_sim_process_is_sandboxed_with_its_hosts_workdirs(tmp_p
     run_dir = tmp_path / "run"
     services = LocalServices(run_dir, ["w001", "w002", "w003"])
     host = services.host(run_dir, ["w001", "w002"], harness="sim", time_scale=600)
+    decoy = f"decoy-outside-{os.getpid()}"  # a process of this machine, outside the sandbox
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", decoy])
     await host.start()
     try:
         await host.launch("w001")
@@ -260,19 +262,23 @@ async def test_the_shared_sim_process_is_sandboxed_with_its_hosts_workdirs(tmp_p
         t = await c.create_terminal("/bin/sh", w1.session.session_id,
                                     args=["-c", py("import os; print(*sorted(os.listdir('../..')), "
                                                    "*sorted(os.listdir('../../..')), *os.listdir('../../_h000'))")
-                                          + "; ps ax -o args= | wc -l"])
+                                          + "; ps ax -o args="])
         await c.wait_for_terminal_exit(w1.session.session_id, t.terminal_id)
-        out = (await c.terminal_output(w1.session.session_id, t.terminal_id)).output.split()
+        text = (await c.terminal_output(w1.session.session_id, t.terminal_id)).output
+        out = text.split()
         await c.release_terminal(w1.session.session_id, t.terminal_id)
         # 40 s on a quiet machine; several minutes on a loaded one (the sim runs the task's checks before it pushes)
         pushed = await await_for(lambda: [e for e in services.forge_plain.events_since(0) if e.kind == "push"], 400,
                                  "a push through the shared sandbox's relay")
     finally:
+        outside.kill()
+        outside.wait()
         await host.stop()
         services.close()
     # not w003, not forge/, board.jsonl, logs/, not the host's seed mirror (its origin holds a token)
     assert out[:5] == ["_h000", "w001", "w002", "workers", "home"], out
-    assert int(out[5]) <= 8
+    # its own PID namespace: the terminal's ps lists itself, never a process of the machine outside
+    assert "ps ax -o args=" in text and decoy not in text, text
     assert pushed
 
 

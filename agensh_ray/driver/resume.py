@@ -38,6 +38,8 @@ from agensh_ray.errors import RunFolderError
 STATE_FILE = "driver.json"
 STALE_ACTORS_S = 60.0
 """How long a resumed driver waits for Ray to remove the old driver's actors before it gives up."""
+SLOTS_FREED_S = 10.0
+"""How long a resumed driver waits for the old driver's agent slots to show as free before it checks capacity."""
 
 
 class DriverState(BaseModel):
@@ -153,8 +155,10 @@ class Resume:
             return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                     if a.get("namespace") == "agensh" and mine.fullmatch(a["name"])]
 
+        removed = False
         try:  # its slots too (a placement group goes with its job; a name left behind would clash)
             remove_placement_group(ray.util.get_placement_group(f"slots-{self.run_id}"))
+            removed = True
         except ValueError:
             pass
         names = left()
@@ -171,6 +175,12 @@ class Resume:
                                f"{STALE_ACTORS_S:.0f} s")
         if names:
             self.say(f"removed {len(names)} actor(s) the previous driver left behind")
+        # the removed group's slots reach the free count a moment later: the capacity check must not beat them
+        # (other runs may hold slots too: after SLOTS_FREED_S the check says what is free, or --queue waits)
+        freed_by = time.time() + SLOTS_FREED_S
+        while removed and "agent_slot" in ray.cluster_resources() and time.time() < freed_by \
+                and ray.available_resources().get("agent_slot", 0) < self.cfg.workers:
+            time.sleep(0.2)
 
     def _board_alive(self) -> bool:
         try:

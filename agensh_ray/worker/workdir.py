@@ -11,6 +11,7 @@ token. 64 workers of a node thus cost one transfer from the forge, not 64.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -30,6 +31,14 @@ def _git(args: list[str], env: dict[str, str]) -> None:
     res = subprocess.run(["git", *args], capture_output=True, text=True, env=env, timeout=300)
     if res.returncode != 0:
         raise RuntimeError(f"git {' '.join(args[:2])} failed: {res.stderr.strip()[-500:]}")
+
+
+def _set_origin(workdir: Path, url: str, env: dict[str, str]) -> None:
+    """Point the clone's `origin` at `url`, adding it again if the worker removed it."""
+    try:
+        _git(["-C", str(workdir), "remote", "set-url", "origin", url], env)
+    except RuntimeError:
+        _git(["-C", str(workdir), "remote", "add", "origin", url], env)
 
 
 def git_env(worker_id: str, home: Path) -> dict[str, str]:
@@ -105,27 +114,48 @@ class Workdirs:
         self._seed_at = 0.0
 
     def prepare(self, worker_id: str, workdir: Path, home: Path, clone_url: str) -> None:
-        """The worker's clone at `workdir` (kept if it exists, its remote set to `clone_url`: a forge started
-        again may have issued a new token, or moved) and its HOME."""
+        """The worker's clone at `workdir` (kept if it is one, its remote set to `clone_url`: a forge started
+        again may have issued a new token, or moved) and its HOME. What a clone killed before it had any ref
+        left is cleared and cloned again (the folder itself stays: a shared sandbox may have it mounted)."""
         home.mkdir(parents=True, exist_ok=True)
         env = git_env(worker_id, home)
-        if (workdir / ".git").exists():
-            _git(["-C", str(workdir), "remote", "set-url", "origin", clone_url], env)
+        if self.kept(worker_id, workdir, home):
+            _set_origin(workdir, clone_url, env)
             self.install_references(workdir)
             return
+        if workdir.is_dir():
+            for leftover in workdir.iterdir():
+                if leftover.is_dir() and not leftover.is_symlink():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink()
         seed = self.seed
         with self._lock:
             if not seed.exists():
+                # cloned beside it and renamed: a host killed mid-clone never leaves a partial seed under its name
+                partial = seed.with_name(seed.name + ".partial")
+                shutil.rmtree(partial, ignore_errors=True)
                 seed.parent.mkdir(parents=True, exist_ok=True)
-                _git(["clone", "-q", "--mirror", clone_url, str(seed)], env)
+                _git(["clone", "-q", "--mirror", clone_url, str(partial)], env)
+                partial.rename(seed)
                 self._seed_at = time.monotonic()
             elif time.monotonic() - self._seed_at > SEED_MAX_AGE_S:
                 _git(["-C", str(seed), "remote", "set-url", "origin", clone_url], env)
                 _git(["-C", str(seed), "fetch", "-q", "--prune", "origin"], env)
                 self._seed_at = time.monotonic()
         _git(["clone", "-q", str(seed), str(workdir)], env)
-        _git(["-C", str(workdir), "remote", "set-url", "origin", clone_url], env)
+        _set_origin(workdir, clone_url, env)
         self.install_references(workdir)
+
+    @staticmethod
+    def kept(worker_id: str, workdir: Path, home: Path) -> bool:
+        """Is there a clone at `workdir` to go on from: a .git with at least one ref (a clone killed before it
+        wrote its refs has none, and nothing of the worker's in it)?"""
+        if not (workdir / ".git").is_dir():
+            return False
+        res = subprocess.run(["git", "-C", str(workdir), "for-each-ref", "--count=1", "--format=%(refname)"],
+                             capture_output=True, text=True, env=git_env(worker_id, home), timeout=120)
+        return res.returncode == 0 and bool(res.stdout.strip())
 
     def recover(self, worker_id: str, workdir: Path, home: Path) -> str:
         """A clone left by a host process that died mid-work, made usable again: git's lock files of

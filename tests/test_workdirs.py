@@ -1,0 +1,74 @@
+"""A worker's clone survives its host dying at any moment (agensh_ray/worker/workdir.py): a clone or seed
+mirror killed half-way is never mistaken for one to go on from, and a kept clone keeps the worker's work."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agensh_ray.worker.workdir import Workdirs, git_env
+
+
+def git(*args: str, cwd: Path | None = None, home: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
+                          env=git_env("w001", home)).stdout.strip()
+
+
+@pytest.fixture
+def forge_repo(tmp_path) -> str:
+    """A bare repository with one commit on main, standing where the forge's clone URL would."""
+    src, home = tmp_path / "src", tmp_path / "home"
+    src.mkdir()
+    git("init", "-q", "-b", "main", cwd=src, home=home)
+    (src / "README.md").write_text("hello\n")
+    git("add", "-A", cwd=src, home=home)
+    git("commit", "-q", "-m", "start", cwd=src, home=home)
+    git("clone", "-q", "--bare", str(src), str(tmp_path / "forge.git"), home=home)
+    return str(tmp_path / "forge.git")
+
+
+def test_a_clone_killed_before_its_refs_is_cloned_again_in_the_same_folder(tmp_path, forge_repo):
+    run, home = tmp_path / "run", tmp_path / "w001-home"
+    wd = Workdirs(run, "h000")
+    workdir = run / "workers" / "w001" / "repo"
+    workdir.mkdir(parents=True)
+    git("init", "-q", cwd=workdir, home=home)  # what `git clone` leaves when SIGKILLed before fetching
+    (workdir / "half-written").write_text("x")
+    inode = workdir.stat().st_ino
+    assert not wd.kept("w001", workdir, home)
+    wd.prepare("w001", workdir, home, forge_repo)
+    assert wd.kept("w001", workdir, home)
+    assert (workdir / "README.md").read_text() == "hello\n" and not (workdir / "half-written").exists()
+    assert workdir.stat().st_ino == inode, "the folder itself was replaced (a sandbox's mount of it would go stale)"
+    assert git("remote", "get-url", "origin", cwd=workdir, home=home) == forge_repo
+
+
+def test_a_seed_mirror_killed_half_way_is_never_used(tmp_path, forge_repo):
+    run, home = tmp_path / "run", tmp_path / "w001-home"
+    wd = Workdirs(run, "h000")
+    partial = wd.seed.with_name(wd.seed.name + ".partial")
+    partial.mkdir(parents=True)
+    (partial / "HEAD").write_text("ref: refs/heads/main\n")  # a mirror clone SIGKILLed mid-fetch
+    workdir = run / "workers" / "w001" / "repo"
+    wd.prepare("w001", workdir, home, forge_repo)
+    assert (workdir / "README.md").exists() and wd.seed.is_dir() and not partial.exists()
+    assert git("rev-parse", "main", cwd=wd.seed, home=home) == git("rev-parse", "main", cwd=Path(forge_repo), home=home)
+
+
+def test_a_kept_clone_keeps_the_workers_commit_and_gets_back_an_origin_it_removed(tmp_path, forge_repo):
+    run, home = tmp_path / "run", tmp_path / "w001-home"
+    wd = Workdirs(run, "h000")
+    workdir = run / "workers" / "w001" / "repo"
+    wd.prepare("w001", workdir, home, forge_repo)
+    (workdir / "work.py").write_text("print('mine')\n")
+    git("add", "-A", cwd=workdir, home=home)
+    git("commit", "-q", "-m", "unpushed work", cwd=workdir, home=home)
+    mine = git("rev-parse", "HEAD", cwd=workdir, home=home)
+    git("remote", "remove", "origin", cwd=workdir, home=home)  # a stray agent's doing, then its host died
+    again = Workdirs(run, "h000")  # the restarted host
+    assert again.kept("w001", workdir, home)
+    again.prepare("w001", workdir, home, forge_repo + "#new-token")
+    assert git("rev-parse", "HEAD", cwd=workdir, home=home) == mine
+    assert git("remote", "get-url", "origin", cwd=workdir, home=home) == forge_repo + "#new-token"
