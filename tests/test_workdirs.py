@@ -37,10 +37,11 @@ def test_a_clone_killed_before_its_refs_is_cloned_again_in_the_same_folder(tmp_p
     git("init", "-q", cwd=workdir, home=home)  # what `git clone` leaves when SIGKILLed before fetching
     (workdir / "half-written").write_text("x")
     inode = workdir.stat().st_ino
-    assert not wd.kept("w001", workdir, home)
+    assert not wd.kept(workdir)
     wd.prepare("w001", workdir, home, forge_repo)
-    assert wd.kept("w001", workdir, home)
+    assert wd.kept(workdir)
     assert (workdir / "README.md").read_text() == "hello\n" and not (workdir / "half-written").exists()
+    assert (workdir.parent / "left-behind-1" / "half-written").read_text() == "x"  # moved aside, not deleted
     assert workdir.stat().st_ino == inode, "the folder itself was replaced (a sandbox's mount of it would go stale)"
     assert git("remote", "get-url", "origin", cwd=workdir, home=home) == forge_repo
 
@@ -68,7 +69,48 @@ def test_a_kept_clone_keeps_the_workers_commit_and_gets_back_an_origin_it_remove
     mine = git("rev-parse", "HEAD", cwd=workdir, home=home)
     git("remote", "remove", "origin", cwd=workdir, home=home)  # a stray agent's doing, then its host died
     again = Workdirs(run, "h000")  # the restarted host
-    assert again.kept("w001", workdir, home)
+    assert again.kept(workdir)
     again.prepare("w001", workdir, home, forge_repo + "#new-token")
     assert git("rev-parse", "HEAD", cwd=workdir, home=home) == mine
     assert git("remote", "get-url", "origin", cwd=workdir, home=home) == forge_repo + "#new-token"
+
+
+def test_a_clone_git_cannot_read_is_never_taken_for_no_clone(tmp_path, forge_repo):
+    """The worker's HOME holds a broken .gitconfig (its agent can write there): every git command fails, yet
+    its clone with an unpushed commit is kept (the failure is said), never cleared and cloned again."""
+    run, home = tmp_path / "run", tmp_path / "w001-home"
+    wd = Workdirs(run, "h000")
+    workdir = run / "workers" / "w001" / "repo"
+    wd.prepare("w001", workdir, home, forge_repo)
+    (workdir / "work.py").write_text("print('mine')\n")
+    git("add", "-A", cwd=workdir, home=home)
+    git("commit", "-q", "-m", "unpushed work", cwd=workdir, home=home)
+    mine = git("rev-parse", "HEAD", cwd=workdir, home=home)
+    git("pack-refs", "--all", cwd=workdir, home=home)  # every ref in packed-refs only, as after a gc
+    (home / ".gitconfig").write_text("[broken\n")
+    assert Workdirs.kept(workdir)
+    with pytest.raises(RuntimeError, match="bad config"):
+        Workdirs(run, "h000").prepare("w001", workdir, home, forge_repo)
+    (home / ".gitconfig").unlink()
+    assert git("rev-parse", "HEAD", cwd=workdir, home=home) == mine and (workdir / "work.py").exists()
+
+
+def test_a_broken_git_folder_never_reaches_the_checkout_around_the_run(tmp_path, forge_repo):
+    """A .git without a HEAD (a clone killed at its first step) inside a run folder that sits in a git
+    checkout (runs/ in the project's): not a clone; its folder is cloned again, the checkout untouched."""
+    outer, home = tmp_path / "checkout", tmp_path / "w001-home"
+    outer.mkdir()
+    git("init", "-q", "-b", "main", cwd=outer, home=home)
+    (outer / "f").write_text("x")
+    git("add", "-A", cwd=outer, home=home)
+    git("commit", "-q", "-m", "outer", cwd=outer, home=home)
+    workdir = outer / "runs" / "r1" / "workers" / "w001" / "repo"
+    (workdir / ".git").mkdir(parents=True)
+    (workdir / "half-written").write_text("y")
+    assert not Workdirs.kept(workdir)
+    wd = Workdirs(outer / "runs" / "r1", "h000")
+    wd.recover("w001", workdir, home)  # git there fails; before, it found the checkout and stashed runs/ away
+    assert git("stash", "list", cwd=outer, home=home) == "" and (workdir / ".git").is_dir()
+    wd.prepare("w001", workdir, home, forge_repo)
+    assert (workdir / "README.md").exists() and Workdirs.kept(workdir)
+    assert git("remote", cwd=outer, home=home) == "" and git("status", "--porcelain", cwd=outer, home=home) == "?? runs/"

@@ -91,12 +91,14 @@ class SharedAgent:
                 return self.generation
             if self.process is not None:
                 await self.process.stop()
+            # counted before the new process starts: a session of the old one that prompts meanwhile is told
+            # its agent died (not sent, with a session the new process never opened, to a half-started one)
+            self.generation += 1
             self.process = AgentProcess(self.harness.argv(), self.env, self.cwd, self.log_dir / f"{self.name}.stderr",
                                         sandbox=self.sandbox)
             proc = await self.process.start()
             self.conn = acp.connect_to_agent(self.client, proc.stdin, proc.stdout)
             await asyncio.wait_for(initialize(self.conn, "agensh-ray worker host"), timeout_s)
-            self.generation += 1
             return self.generation
 
     async def close(self) -> None:

@@ -155,10 +155,8 @@ class Resume:
             return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                     if a.get("namespace") == "agensh" and mine.fullmatch(a["name"])]
 
-        removed = False
         try:  # its slots too (a placement group goes with its job; a name left behind would clash)
             remove_placement_group(ray.util.get_placement_group(f"slots-{self.run_id}"))
-            removed = True
         except ValueError:
             pass
         names = left()
@@ -175,10 +173,11 @@ class Resume:
                                f"{STALE_ACTORS_S:.0f} s")
         if names:
             self.say(f"removed {len(names)} actor(s) the previous driver left behind")
-        # the removed group's slots reach the free count a moment later: the capacity check must not beat them
-        # (other runs may hold slots too: after SLOTS_FREED_S the check says what is free, or --queue waits)
+        # the old group's slots (removed here, or by Ray with the old driver's job) reach the free count a moment
+        # later: the capacity check must not beat them (other runs may hold slots too: after SLOTS_FREED_S the
+        # check says what is free, or --queue waits)
         freed_by = time.time() + SLOTS_FREED_S
-        while removed and "agent_slot" in ray.cluster_resources() and time.time() < freed_by \
+        while "agent_slot" in ray.cluster_resources() and time.time() < freed_by \
                 and ray.available_resources().get("agent_slot", 0) < self.cfg.workers:
             time.sleep(0.2)
 

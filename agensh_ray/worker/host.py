@@ -129,7 +129,7 @@ class WorkerHost:
         w.launched = True
         w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s(),
                                         board=self.cfg.board_tools)
-        kept = await asyncio.to_thread(self.workdirs.kept, w.id, w.workdir, w.home)
+        kept = self.workdirs.kept(w.workdir)
         resumed = again or kept
         # a kept clone is recovered first (a killed git's lock files would fail setting its remote)
         fixed = await asyncio.to_thread(self.workdirs.recover, w.id, w.workdir, w.home) if kept else ""

@@ -10,6 +10,7 @@ token. 64 workers of a node thus cost one transfer from the forge, not 64.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -22,6 +23,8 @@ from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.config import RunConfig
 from agensh_ray.task.reference import REFERENCE_DIR, install_reference
+
+log = logging.getLogger(__name__)
 
 SEED_MAX_AGE_S = 30.0
 GIT_IDENTITY = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
@@ -58,6 +61,20 @@ def git_env(worker_id: str, home: Path) -> dict[str, str]:
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
     }
+
+
+def clone_env(worker_id: str, workdir: Path, home: Path) -> dict[str, str]:
+    """`git_env` for git run on the clone at `workdir`: git never looks above it for a repository (a broken
+    .git must fail, not find the checkout the run folder may sit in)."""
+    return {**git_env(worker_id, home), "GIT_CEILING_DIRECTORIES": str(workdir.parent)}
+
+
+def _free_name(base: Path) -> Path:
+    """`base-1`, `base-2`, ...: the first that does not exist."""
+    n = 1
+    while base.with_name(f"{base.name}-{n}").exists():
+        n += 1
+    return base.with_name(f"{base.name}-{n}")
 
 
 def agent_env(cfg: RunConfig, worker_id: str, home: Path, task_root: Path, shared: bool = False) -> dict[str, str]:
@@ -115,20 +132,22 @@ class Workdirs:
 
     def prepare(self, worker_id: str, workdir: Path, home: Path, clone_url: str) -> None:
         """The worker's clone at `workdir` (kept if it is one, its remote set to `clone_url`: a forge started
-        again may have issued a new token, or moved) and its HOME. What a clone killed before it had any ref
-        left is cleared and cloned again (the folder itself stays: a shared sandbox may have it mounted)."""
+        again may have issued a new token, or moved) and its HOME. Anything else in the folder (what a clone
+        killed before it wrote a ref left, or files without a .git) is moved aside, never deleted, into
+        `<worker>/left-behind-<n>/`, and the clone made again in the same folder (a shared sandbox may have it
+        mounted)."""
         home.mkdir(parents=True, exist_ok=True)
-        env = git_env(worker_id, home)
-        if self.kept(worker_id, workdir, home):
+        env = clone_env(worker_id, workdir, home)
+        if self.kept(workdir):
             _set_origin(workdir, clone_url, env)
             self.install_references(workdir)
             return
-        if workdir.is_dir():
+        if workdir.is_dir() and any(workdir.iterdir()):
+            aside = _free_name(workdir.parent / "left-behind")
+            aside.mkdir()
             for leftover in workdir.iterdir():
-                if leftover.is_dir() and not leftover.is_symlink():
-                    shutil.rmtree(leftover)
-                else:
-                    leftover.unlink()
+                leftover.rename(aside / leftover.name)
+            log.warning("%s: %s held no clone to go on from; its files are in %s", worker_id, workdir, aside)
         seed = self.seed
         with self._lock:
             if not seed.exists():
@@ -148,20 +167,23 @@ class Workdirs:
         self.install_references(workdir)
 
     @staticmethod
-    def kept(worker_id: str, workdir: Path, home: Path) -> bool:
-        """Is there a clone at `workdir` to go on from: a .git with at least one ref (a clone killed before it
-        wrote its refs has none, and nothing of the worker's in it)?"""
-        if not (workdir / ".git").is_dir():
+    def kept(workdir: Path) -> bool:
+        """Is there a clone at `workdir` to go on from: a .git holding a HEAD and at least one ref, read off the
+        disk (never by git, whose failures, e.g. a bad config in the worker's HOME, must not pass for "no
+        clone")? A clone killed before it wrote its refs has none, and nothing of the worker's."""
+        git_dir = workdir / ".git"
+        if not (git_dir / "HEAD").is_file():
             return False
-        res = subprocess.run(["git", "-C", str(workdir), "for-each-ref", "--count=1", "--format=%(refname)"],
-                             capture_output=True, text=True, env=git_env(worker_id, home), timeout=120)
-        return res.returncode == 0 and bool(res.stdout.strip())
+        packed = git_dir / "packed-refs"
+        if packed.is_file() and any(line and line[0] not in "#^" for line in packed.read_text().splitlines()):
+            return True
+        return any(p.is_file() for p in (git_dir / "refs").rglob("*"))
 
     def recover(self, worker_id: str, workdir: Path, home: Path) -> str:
         """A clone left by a host process that died mid-work, made usable again: git's lock files of
         a killed git removed, a merge or rebase in progress aborted, uncommitted changes stashed (not
         lost: `git stash list`). Returns what was done, for the worker's hand-off (empty: nothing)."""
-        env = git_env(worker_id, home)
+        env = clone_env(worker_id, workdir, home)
         done = []
         git_dir = workdir / ".git"
         locks = [p for p in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock")] if p.is_file()]
