@@ -164,7 +164,7 @@ def _kill_services_node(local_cluster, runs, run_id: str, restart: bool, kill_dr
     acknowledged, since_us = set(), 0
     if kill_driver:
         wait_for(lambda: first.board_entries() >= DRIVER_KILL_AT_BOARD_SEQ and all(
-            Workdirs.kept(w, first.dir / "workers" / w / "repo", first.dir / "workers" / w / "home")
+            Workdirs.kept(first.dir / "workers" / w / "repo")
             for w in worker_ids(WORKERS)), 300, f"{DRIVER_KILL_AT_BOARD_SEQ} board entries and every worker's clone")
         first.kill()
         acknowledged = set(_logged_seqs(first.dir / "board" / "board.jsonl"))
