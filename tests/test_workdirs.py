@@ -58,15 +58,19 @@ def test_a_seed_mirror_killed_half_way_is_never_used(tmp_path, forge_repo):
     assert git("rev-parse", "main", cwd=wd.seed, home=home) == git("rev-parse", "main", cwd=Path(forge_repo), home=home)
 
 
-def test_a_kept_clone_keeps_the_workers_commit_and_gets_back_an_origin_it_removed(tmp_path, forge_repo):
-    run, home = tmp_path / "run", tmp_path / "w001-home"
-    wd = Workdirs(run, "h000")
+def _clone_with_unpushed_work(run: Path, home: Path, forge_repo: str) -> tuple[Path, str]:
+    """w001's clone, prepared by a host, holding a commit of its own not pushed: (its folder, that commit)."""
     workdir = run / "workers" / "w001" / "repo"
-    wd.prepare("w001", workdir, home, forge_repo)
+    Workdirs(run, "h000").prepare("w001", workdir, home, forge_repo)
     (workdir / "work.py").write_text("print('mine')\n")
     git("add", "-A", cwd=workdir, home=home)
     git("commit", "-q", "-m", "unpushed work", cwd=workdir, home=home)
-    mine = git("rev-parse", "HEAD", cwd=workdir, home=home)
+    return workdir, git("rev-parse", "HEAD", cwd=workdir, home=home)
+
+
+def test_a_kept_clone_keeps_the_workers_commit_and_gets_back_an_origin_it_removed(tmp_path, forge_repo):
+    run, home = tmp_path / "run", tmp_path / "w001-home"
+    workdir, mine = _clone_with_unpushed_work(run, home, forge_repo)
     git("remote", "remove", "origin", cwd=workdir, home=home)  # a stray agent's doing, then its host died
     again = Workdirs(run, "h000")  # the restarted host
     assert again.kept(workdir)
@@ -79,13 +83,7 @@ def test_a_clone_git_cannot_read_is_never_taken_for_no_clone(tmp_path, forge_rep
     """The worker's HOME holds a broken .gitconfig (its agent can write there): every git command fails, yet
     its clone with an unpushed commit is kept (the failure is said), never cleared and cloned again."""
     run, home = tmp_path / "run", tmp_path / "w001-home"
-    wd = Workdirs(run, "h000")
-    workdir = run / "workers" / "w001" / "repo"
-    wd.prepare("w001", workdir, home, forge_repo)
-    (workdir / "work.py").write_text("print('mine')\n")
-    git("add", "-A", cwd=workdir, home=home)
-    git("commit", "-q", "-m", "unpushed work", cwd=workdir, home=home)
-    mine = git("rev-parse", "HEAD", cwd=workdir, home=home)
+    workdir, mine = _clone_with_unpushed_work(run, home, forge_repo)
     git("pack-refs", "--all", cwd=workdir, home=home)  # every ref in packed-refs only, as after a gc
     (home / ".gitconfig").write_text("[broken\n")
     assert Workdirs.kept(workdir)
