@@ -175,8 +175,9 @@ class Workdirs:
         if not (git_dir / "HEAD").is_file():
             return False
         packed = git_dir / "packed-refs"
-        if packed.is_file() and any(line and line[0] not in "#^" for line in packed.read_text().splitlines()):
-            return True
+        if packed.is_file():  # a ref line, not its header or a peeled tag's "^"; garbage read, not raised
+            if any(line and line[0] not in "#^" for line in packed.read_text(errors="replace").splitlines()):
+                return True
         return any(p.is_file() for p in (git_dir / "refs").rglob("*"))
 
     def recover(self, worker_id: str, workdir: Path, home: Path) -> str:
