@@ -28,6 +28,7 @@ from agensh_ray.errors import SubmissionError
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
 from agensh_ray.task.evaluate import submission_archive
+from agensh_ray.confined import Confined
 from agensh_ray.task.reference import REFERENCE_UID, ExecuteOnlyError, install_reference, read_text
 from agensh_ray.task.sandbox import BwrapBackend
 from agensh_ray.trace import TraceWriter, write_schema_files
@@ -426,17 +427,18 @@ def test_the_host_reads_a_file_for_an_agent_checking_the_file_it_opened(tmp_path
     (tmp_path / "notes.txt").write_text("notes")
     (tmp_path / "swapped").symlink_to(ref)
     os.mkfifo(tmp_path / "fifo")
-    assert read_text(tmp_path / "notes.txt") == "notes"
+    root = Confined(tmp_path)
+    assert read_text(root, "notes.txt") == "notes"
     if os.geteuid() == 0:  # opening it works for root: the check on the open file refuses
         with pytest.raises(ExecuteOnlyError):
-            read_text(ref)
+            read_text(root, ref)
     else:
         with pytest.raises(PermissionError):
-            read_text(ref)
+            read_text(root, ref)
     with pytest.raises(OSError):  # a last symlink is not followed (ELOOP)
-        read_text(tmp_path / "swapped")
+        read_text(root, "swapped")
     with pytest.raises(PermissionError, match="not a regular file"):  # and it does not block
-        read_text(tmp_path / "fifo")
+        read_text(root, "fifo")
 
 
 @pytest.mark.security
