@@ -11,20 +11,20 @@ and anything that climbs out:
   root. Without links on the way this is exactly where the kernel would end (a link is refused anyway), and
   it removes the one case where `RESOLVE_BENEATH` can fail with EAGAIN (a rename during a `..` lookup);
 * then `openat2(2)` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` opens it in one
-  system call, the kernel refusing a link anywhere on the way (ELOOP, or ENOTDIR for a directory opened
-  through one) and an absolute path or escape (EXDEV);
+  system call, the kernel refusing a link anywhere on the way (ELOOP) and an absolute path or escape
+  (EXDEV); a directory is opened `O_PATH | O_NOFOLLOW` and checked on its fd (a link there is a link);
 * where `openat2` is missing (Linux before 5.6: ENOSYS; a seccomp filter that answers EPERM), the same is
-  done by a walk: each directory opened with `O_PATH | O_DIRECTORY | O_NOFOLLOW` relative to the one
-  before, the last component with `O_NOFOLLOW`. Both hold the same way: every step is taken from an fd
+  done by a walk: each directory opened with `O_PATH | O_NOFOLLOW` relative to the one before and checked
+  on its fd (a directory, not a link), the last component with `O_NOFOLLOW`. Both hold the same way: every step is taken from an fd
   that was itself reached without a link, so a swap between two steps changes nothing but which of the
   worker's own directories is reached.
 
-Chosen: openat2, the walk as the fallback. Measured on this machine (kernel 6.18, 2 cores shared with
-other jobs, so noisy; medians of 20,000 calls, `tests/test_security_fs_race.py` prints them): reading a
-small file 3 components deep takes ~10 us through openat2 against ~14 us through the walk (one system
-call against four opens and three closes, each a Python call), and ~9 us the old way (`resolve()` + open
-by name). The walk is the portable one; openat2 is shorter, also refuses magic links (/proc/<pid>/fd/...)
-and leaves no window where an intermediate fd is held.
+Chosen: openat2, the walk as the fallback. Measured on this machine (kernel 6.18, tmpfs, 2 cores shared
+with other jobs, so noisy; medians of 20,000 calls of a 2 kB file 4 components deep): a read takes ~9-13 us
+through openat2, ~17-21 us through the walk (four opens, four fstats, three closes, each a Python call), and
+~65-108 us the old way (`Path.resolve()` + open by name: realpath is an lstat per component in Python); a
+write (made parents checked, truncate, write) ~20 us, ~24-34 us and ~90-140 us. openat2 is one system call,
+also refuses magic links (/proc/<pid>/fd/...) and holds no intermediate fd; the walk is the portable one.
 
 What is read is opened `O_NONBLOCK` (a FIFO cannot hang the host), checked on the opened fd (`fstat`:
 regular files only) and read up to a bound (a link to /dev/zero is refused, a huge file is too large).
@@ -61,6 +61,7 @@ READ_LIMIT = 8 * 1024 * 1024
 """The default bound of a read."""
 
 _DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_NODE = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -98,6 +99,18 @@ def _has_openat2() -> bool:
 
 
 HAS_OPENAT2 = _has_openat2()
+
+
+def _step(part: str, dirfd: int) -> int:
+    """The directory `part` of `dirfd`, opened without following (O_PATH): ELOOP for a link, ENOTDIR for
+    anything else but a directory, decided on the fd opened."""
+    fd = os.open(part, _NODE, dir_fd=dirfd)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        return fd
+    os.close(fd)
+    code = errno.ELOOP if stat.S_ISLNK(mode) else errno.ENOTDIR
+    raise OSError(code, os.strerror(code), part)
 
 
 class Confined:
@@ -176,7 +189,7 @@ class Confined:
         cur = self.fd
         try:
             for part in parts[:-1]:
-                nxt = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=cur)
+                nxt = _step(part, cur)
                 if cur != self.fd:
                     os.close(cur)
                 cur = nxt
@@ -186,36 +199,16 @@ class Confined:
                 os.close(cur)
 
     def _why(self, exc: OSError, rel: str, shown: str | os.PathLike) -> OSError:
-        """The error for a failed open: a ConfinementError when a link (or an escape) was on the way."""
+        """The error for a failed open: a ConfinementError when a link (or an escape) was on the way. ELOOP is
+        certain: with RESOLVE_NO_SYMLINKS (or the walk's fstat of each step) a link gives nothing else."""
         if exc.errno == errno.EXDEV:
             return ConfinementError(shown, self.outside)
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and (exc.errno == errno.ELOOP or self._link_on_the_way(rel)):
+        if exc.errno == errno.ELOOP:
             return ConfinementError(shown, LINK)
         if exc.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
             return ConfinementError(shown, NOT_REGULAR)
         exc.filename = os.fspath(shown)
         return exc
-
-    def _link_on_the_way(self, rel: str) -> bool:
-        """Is a component of `rel` a symbolic link (for the error's wording only: it may have changed since)?"""
-        cur = self.fd
-        try:
-            for part in rel.split("/"):
-                st = os.stat(part, dir_fd=cur, follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    return True
-                if not stat.S_ISDIR(st.st_mode):
-                    return False
-                nxt = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=cur)
-                if cur != self.fd:
-                    os.close(cur)
-                cur = nxt
-        except OSError:
-            return False
-        finally:
-            if cur != self.fd:
-                os.close(cur)
-        return False
 
     def open(self, path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
         """An fd of `path` opened beneath the root with `flags` (O_NOFOLLOW added), no link on the way."""
@@ -225,27 +218,22 @@ class Confined:
         """An O_PATH fd of the directory `path` (made, with its parents, if `create`); the caller closes it. Use
         it as a `dir_fd`, or `/proc/self/fd/<fd>` as a cwd."""
         rel = self.relative(path)
-        if not create:
-            return self._open_rel(rel, _DIR | os.O_NOFOLLOW, 0, path)
         try:
-            return self._open_rel(rel, _DIR | os.O_NOFOLLOW, 0, path)
+            return self._checked_dir(self._open_rel(rel, _NODE, 0, path), path)
         except FileNotFoundError:
-            pass
+            if not create:
+                raise
         cur = os.dup(self.fd)
         try:
-            for part in rel.split("/") if rel else []:
+            for part in rel.split("/"):
                 try:
                     os.mkdir(part, 0o755, dir_fd=cur)
                 except FileExistsError:
                     pass
                 try:
-                    nxt = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=cur)
+                    nxt = _step(part, cur)
                 except OSError as exc:
-                    if exc.errno in (errno.ENOTDIR, errno.ELOOP):
-                        st = os.stat(part, dir_fd=cur, follow_symlinks=False)
-                        raise ConfinementError(path, LINK if stat.S_ISLNK(st.st_mode) else
-                                               f"below {part!r}, which is not a directory") from None
-                    raise
+                    raise self._why(exc, rel, path) from None
                 os.close(cur)
                 cur = nxt
             out, cur = cur, -1
@@ -253,6 +241,17 @@ class Confined:
         finally:
             if cur >= 0:
                 os.close(cur)
+
+    @staticmethod
+    def _checked_dir(fd: int, path: str | os.PathLike) -> int:
+        """`fd` (an O_PATH|O_NOFOLLOW fd) if it is a directory; closed, and the error, if not."""
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return fd
+        os.close(fd)
+        if stat.S_ISLNK(mode):
+            raise ConfinementError(path, LINK)
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fspath(path))
 
     def _parent(self, path: str | os.PathLike, create: bool) -> tuple[int, str]:
         rel = self.relative(path)
@@ -326,7 +325,12 @@ class Confined:
         points to; each directory is opened from its parent's fd without following. Removing names from
         dirnames prunes the walk."""
         rel = self.relative(path)
-        yield from self._walk_fd(rel, self._open_rel(rel, _LIST, 0, path))
+        top = self.open_dir(rel)
+        try:
+            listing = os.open(".", _LIST & ~os.O_NOFOLLOW, dir_fd=top)  # the same directory, readable
+        finally:
+            os.close(top)
+        yield from self._walk_fd(rel, listing)
 
     def _walk_fd(self, rel: str, fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
         try:
@@ -382,14 +386,14 @@ class Confined:
         """`write_bytes` of `text` as UTF-8."""
         return self.write_bytes(path, text.encode("utf-8"), mode=mode, parents=parents, check=check)
 
-    def unlink(self, path: str | os.PathLike) -> None:
-        """Remove the regular file `path` (ConfinementError for anything else: a link is not followed, nor
-        removed)."""
+    def unlink(self, path: str | os.PathLike, *, link: bool = False) -> None:
+        """Remove the regular file `path` (or, with `link`, the symbolic link there too: the link, never what it
+        points to); ConfinementError for anything else."""
         pfd, name = self._parent(path, False)
         try:
             st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode):
+            if not (stat.S_ISREG(st.st_mode) or (link and stat.S_ISLNK(st.st_mode))):
                 raise ConfinementError(path, NOT_REGULAR)
-            os.unlink(name, dir_fd=pfd)
+            os.unlink(name, dir_fd=pfd)  # unlinkat never follows the last component
         finally:
             os.close(pfd)

@@ -24,11 +24,11 @@ from programbench.utils.load_data import load_all_instances
 from agensh_ray.agent.sandbox import SandboxPolicy, bwrap_argv
 from agensh_ray.analysis.views import connect
 from agensh_ray.config import SandboxConfig
+from agensh_ray.confined import Confined
 from agensh_ray.errors import SubmissionError
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
 from agensh_ray.task.evaluate import submission_archive
-from agensh_ray.confined import Confined
 from agensh_ray.task.reference import REFERENCE_UID, ExecuteOnlyError, install_reference, read_text
 from agensh_ray.task.sandbox import BwrapBackend
 from agensh_ray.trace import TraceWriter, write_schema_files

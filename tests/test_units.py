@@ -9,12 +9,11 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from agensh_ray.confined import Confined
-from agensh_ray.errors import ConfinementError
 from agensh_ray.agent.harness import get_harness
 from agensh_ray.config import RunConfig, worker_ids
+from agensh_ray.confined import Confined
 from agensh_ray.placement import check_services_resource, launch_offsets, services_resources
-from agensh_ray.errors import CapacityError, HarnessError
+from agensh_ray.errors import CapacityError, ConfinementError, HarnessError
 from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, BoardRow, TraceWriter, TurnRow
 
 

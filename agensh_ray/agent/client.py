@@ -254,13 +254,20 @@ class WorkdirClient(NoExtensions):
         """The refusal of a file access the agent asked for (told to the observer too)."""
         if isinstance(exc, ConfinementError):
             reason, text = exc.reason, str(exc)
-        elif self.confined.is_file(path) and execute_only(self.confined.path(path)):
+        elif isinstance(exc, PermissionError) and self._is_reference(path):
             return execute_only_refused(path)  # a host not running as root cannot open it at all
         else:
             reason = exc.strerror or type(exc).__name__
             text = f"{path}: {reason}"
         self.observer.on_refused(f"{what} {path}", reason)
         return RequestError(REFUSED, refusal(text), {"path": path, "reason": reason})
+
+    def _is_reference(self, path: str) -> bool:
+        """Is `path` the execute-only reference (for the wording of a refusal only)?"""
+        try:
+            return self.confined.is_file(path) and execute_only(self.confined.path(path))
+        except OSError:
+            return False
 
     async def read_text_file(self, path, session_id, limit=None, line=None, **kwargs):
         try:  # the execute-only check is made on the file opened (reference.py)

@@ -34,8 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agensh_ray.confined import Confined
 from agensh_ray.agent.shellwords import ASSIGNMENT, flag_value, pattern_index, substitutions, without_heredocs, wrapped
+from agensh_ray.confined import Confined
 
 PROGRAMS = frozenset([
     ":", ".", "[", "alias", "awk", "basename", "bc", "break", "cat", "cd", "chmod", "cmp", "column", "comm",
@@ -155,7 +155,10 @@ class PermissionPolicy:
         p = Path(path)
         if not p.is_absolute():
             p = (base or self.workdir) / p
-        resolved = p.resolve()
+        try:
+            resolved = p.resolve()
+        except OSError as exc:  # a link loop, or a name swapped between two steps of realpath
+            raise Refused(f"{what} `{path}` cannot be resolved ({exc.strerror}); work inside your clone") from None
         if resolved == self.workdir or self.workdir in resolved.parents:
             return resolved
         s = str(p)

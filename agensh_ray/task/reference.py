@@ -40,6 +40,7 @@ import stat
 from pathlib import Path
 
 from agensh_ray.confined import READ_LIMIT, Confined
+from agensh_ray.errors import ConfinementError
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +97,21 @@ def install_reference(built: Path, workdir: Path, relpath: str) -> Path:
 
     The clone is the worker's: anything in it may have been replaced by a link (to /etc, say) while its agent
     ran. So every step is taken beneath the clone's fd without following one (agensh_ray/confined.py): the
-    folder opened (made) beneath it, the copy written to a new name in that folder and renamed over
-    `relpath` there (a link in its place is replaced, not followed), the exclude file read bounded and
-    written only if it is a regular file reached without a link."""
+    folder opened (made) beneath it (a link in its place removed first), the copy written to a new name in
+    that folder and renamed over `relpath` there (a link in its place is replaced, not followed), the
+    exclude file read bounded and written only if it is a regular file reached without a link."""
     root = Confined(workdir)
     try:
         head, _, name = root.relative(relpath).rpartition("/")
-        folder = root.open_dir(head, create=True)
+        try:
+            folder = root.open_dir(head, create=True)
+        except ConfinementError:  # `reference` made a link by the worker: the link goes, a real folder comes
+            st = root.lstat(head)
+            if st is None or not stat.S_ISLNK(st.st_mode):
+                raise
+            log.warning("%s: %s was a symbolic link; replaced by a folder", workdir, head)
+            root.unlink(head, link=True)
+            folder = root.open_dir(head, create=True)
         try:
             return _install(built, root, folder, head, name)
         finally:
