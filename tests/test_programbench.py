@@ -368,7 +368,7 @@ def _no_leak(repo: Path) -> None:
 @pytest.mark.security
 async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
     """Through a real worker host, its sandbox and a real ACP agent process: the clone has the reference,
-    untracked; the ACP fs path refuses to read or overwrite it (also through a link); shell commands, through
+    untracked; the ACP fs path refuses to read or overwrite it (and follows no link to it); shell commands, through
     the client's terminal (enter.py) or run by the agent itself inside its sandbox, cannot read, copy, chmod,
     link or move it, in a user namespace of their own neither; running it works both ways."""
     if shutil.which("bwrap") is None:
@@ -409,7 +409,7 @@ async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
     assert run["ok"] and run["result"]["output"] == "HI\n" and run["result"]["exit_code"] == 0
     assert status["result"]["output"] == "", "the reference is not part of the repository"
     assert readme["ok"] and "textkit" in readme["result"]
-    assert link["ok"] and not read_link["ok"] and "execute-only" in read_link["result"]
+    assert link["ok"] and not read_link["ok"] and "symbolic link on the way" in read_link["result"], "never followed"
     assert run_own["ok"] and run_own["result"]["output"] == "HI\n"
     for step, attack in zip(done[8:], [s["text"] for s in steps[8:]]):
         assert step["ok"] and step["result"]["exit_code"] != 0, (attack, step["result"])
