@@ -133,6 +133,26 @@ async def test_reads_and_writes_under_a_swapped_link_never_leave_the_workdir(are
     assert len(seen.refused) == refused_reads + refused_writes, "each refusal is told to the observer"
 
 
+@pytest.mark.parametrize("strategy", ["openat2", "walk"])
+def test_both_strategies_hold_under_the_swap(arena, strategy):
+    """The same race straight on confined.py, with each way of resolving (the walk is what a kernel without
+    openat2 gets): nothing read or written outside."""
+    from agensh_ray.confined import Confined
+
+    work, outside, stop = arena
+    leaked = 0
+    with Confined(work, strategy) as c:
+        for i in range(ROUNDS // 2):
+            try:
+                leaked += SECRET in c.read_text("d/secret")
+                c.write_text(f"d/sub/x{i}", "x")
+            except PermissionError:
+                pass
+    stop()
+    assert leaked == 0
+    assert sorted(p.name for p in outside.rglob("*")) == ["secret"]
+
+
 @pytest.mark.parametrize("arena", [0.002], indirect=True)
 async def test_a_terminal_under_a_swapped_link_starts_in_the_workdir(arena):
     """terminal/create with a cwd that is swapped every 2 ms (a terminal takes a few ms to start, so about half
