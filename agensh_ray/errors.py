@@ -91,6 +91,18 @@ class HarnessError(ValueError):
     """An unknown harness name, or an agent CLI that cannot be found or configured."""
 
 
+class ConfinementError(PermissionError):
+    """A file operation beneath a worker's folder refused (agensh_ray/confined.py): `path` as it was named and
+    `reason` (a link on the way, outside, not a regular file, too large); the message reads "PATH is REASON"."""
+
+    def __init__(self, path, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{self.path} is {reason}")
+
+    def __reduce__(self):
+        return (ConfinementError, (self.path, self.reason))
+
+
 class SandboxUnavailable(Exception):
     """Bubblewrap cannot sandbox the workers on this machine (the message says why and what to do)."""
 

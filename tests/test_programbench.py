@@ -24,6 +24,7 @@ from programbench.utils.load_data import load_all_instances
 from agensh_ray.agent.sandbox import SandboxPolicy, bwrap_argv
 from agensh_ray.analysis.views import connect
 from agensh_ray.config import SandboxConfig
+from agensh_ray.confined import Confined
 from agensh_ray.errors import SubmissionError
 from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
@@ -367,7 +368,7 @@ def _no_leak(repo: Path) -> None:
 @pytest.mark.security
 async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
     """Through a real worker host, its sandbox and a real ACP agent process: the clone has the reference,
-    untracked; the ACP fs path refuses to read or overwrite it (also through a link); shell commands, through
+    untracked; the ACP fs path refuses to read or overwrite it (and follows no link to it); shell commands, through
     the client's terminal (enter.py) or run by the agent itself inside its sandbox, cannot read, copy, chmod,
     link or move it, in a user namespace of their own neither; running it works both ways."""
     if shutil.which("bwrap") is None:
@@ -408,7 +409,7 @@ async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
     assert run["ok"] and run["result"]["output"] == "HI\n" and run["result"]["exit_code"] == 0
     assert status["result"]["output"] == "", "the reference is not part of the repository"
     assert readme["ok"] and "textkit" in readme["result"]
-    assert link["ok"] and not read_link["ok"] and "execute-only" in read_link["result"]
+    assert link["ok"] and not read_link["ok"] and "symbolic link on the way" in read_link["result"], "never followed"
     assert run_own["ok"] and run_own["result"]["output"] == "HI\n"
     for step, attack in zip(done[8:], [s["text"] for s in steps[8:]]):
         assert step["ok"] and step["result"]["exit_code"] != 0, (attack, step["result"])
@@ -426,17 +427,18 @@ def test_the_host_reads_a_file_for_an_agent_checking_the_file_it_opened(tmp_path
     (tmp_path / "notes.txt").write_text("notes")
     (tmp_path / "swapped").symlink_to(ref)
     os.mkfifo(tmp_path / "fifo")
-    assert read_text(tmp_path / "notes.txt") == "notes"
+    root = Confined(tmp_path)
+    assert read_text(root, "notes.txt") == "notes"
     if os.geteuid() == 0:  # opening it works for root: the check on the open file refuses
         with pytest.raises(ExecuteOnlyError):
-            read_text(ref)
+            read_text(root, ref)
     else:
         with pytest.raises(PermissionError):
-            read_text(ref)
+            read_text(root, ref)
     with pytest.raises(OSError):  # a last symlink is not followed (ELOOP)
-        read_text(tmp_path / "swapped")
+        read_text(root, "swapped")
     with pytest.raises(PermissionError, match="not a regular file"):  # and it does not block
-        read_text(tmp_path / "fifo")
+        read_text(root, "fifo")
 
 
 @pytest.mark.security

@@ -8,13 +8,12 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from acp import RequestError
 
-from agensh_ray.agent.client import confine
 from agensh_ray.agent.harness import get_harness
 from agensh_ray.config import RunConfig, worker_ids
+from agensh_ray.confined import Confined
 from agensh_ray.placement import check_services_resource, launch_offsets, services_resources
-from agensh_ray.errors import CapacityError, HarnessError
+from agensh_ray.errors import CapacityError, ConfinementError, HarnessError
 from agensh_ray.trace import SCHEMA_VERSION, SCHEMAS, TABLES, BoardRow, TraceWriter, TurnRow
 
 
@@ -75,13 +74,14 @@ def test_services_go_to_the_head_or_to_the_named_node_type():
 
 def test_paths_outside_the_workdir_are_refused(tmp_path):
     (tmp_path / "work").mkdir()
-    assert confine(tmp_path / "work", "a/b.txt") == (tmp_path / "work" / "a" / "b.txt").resolve()
+    work = Confined(tmp_path / "work")
+    assert work.path("a/b.txt") == tmp_path / "work" / "a" / "b.txt"
     for bad in ("../escape.txt", "/etc/passwd", str(tmp_path / "work" / ".." / "x")):
-        with pytest.raises(RequestError):
-            confine(tmp_path / "work", bad)
+        with pytest.raises(ConfinementError, match="outside"):
+            work.relative(bad)
     (tmp_path / "work" / "link").symlink_to("/etc")
-    with pytest.raises(RequestError):
-        confine(tmp_path / "work", "link/passwd")
+    with pytest.raises(ConfinementError, match="symbolic link"):
+        work.read_text("link/passwd")
 
 
 def test_trace_writer_writes_typed_parquet(tmp_path):

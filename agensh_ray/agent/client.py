@@ -24,6 +24,7 @@ What real CLIs taught us (see harness.py for the per-CLI quirks):
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -52,7 +53,9 @@ from acp.schema import (
 from agensh_ray.agent.modelroute import SECRET_NAME
 from agensh_ray.agent.policy import PermissionPolicy, refusal
 from agensh_ray.agent.process import kill_group
-from agensh_ray.task.reference import ExecuteOnlyError, execute_only, read_text
+from agensh_ray.confined import Confined
+from agensh_ray.errors import ConfinementError
+from agensh_ray.task.reference import ExecuteOnlyError, execute_only, not_execute_only, read_text
 
 TERMINAL_OUTPUT_LIMIT = 1024 * 1024
 REFUSED = -32602
@@ -99,27 +102,17 @@ class SessionObserver:
 
 
 
-def confine(workdir: Path, path: str) -> Path:
-    """Resolve `path` and refuse anything outside the workdir (symlinks included)."""
-    p = Path(path)
-    if not p.is_absolute():
-        p = workdir / p
-    resolved = p.resolve()
-    root = workdir.resolve()
-    if resolved != root and root not in resolved.parents:
-        reason = f"outside the worker's workdir {root}"
-        raise RequestError(REFUSED, refusal(f"{path} is {reason}"), {"path": path, "reason": reason})
-    return resolved
-
+READ_LIMIT = 8 * 1024 * 1024
+"""The largest file fs/read_text_file hands out: its text travels in one JSON line, at most ~6 times longer
+escaped, which stays under the ACP stream's line limit (STDIO_LIMIT, 50 MiB)."""
 
 EXECUTE_ONLY = ("execute-only: this is the reference program; run it to see what it does, its bytes cannot be "
                 "read or written")
 
 
-def refuse_execute_only(p: Path, path: str) -> None:
+def execute_only_refused(path: str) -> RequestError:
     """The task's reference is execute-only: run it, never read or overwrite its bytes through fs/*."""
-    if execute_only(p):
-        raise RequestError(-32602, f"{path}: {EXECUTE_ONLY}", {"path": path, "reason": EXECUTE_ONLY})
+    return RequestError(REFUSED, f"{path}: {EXECUTE_ONLY}", {"path": path, "reason": EXECUTE_ONLY})
 
 
 @dataclass
@@ -181,6 +174,7 @@ class WorkdirClient(NoExtensions):
         """Applied to what reaches the observer (tool titles can hold a command line)."""
         self.files_written: list[Path] = []
         """Files the agent wrote through fs/write_text_file (Claude Code edits this way)."""
+        self._confined: Confined | None = None
         self._terminals: dict[str, _Terminal] = {}
         self._next_terminal = 0
         self._text: list[str] = []
@@ -247,22 +241,43 @@ class WorkdirClient(NoExtensions):
         self.tool_calls.clear()
 
     # -- files ----------------------------------------------------------------------
-    def _confine(self, path: str, what: str) -> Path:
+    # Every path the agent names is opened beneath the workdir's fd, never following a link (confined.py): the
+    # agent can swap any part of it for a link at any moment, and these calls run in the host process.
+    @property
+    def confined(self) -> Confined:
+        """The workdir, opened once (on first use: the clone may be made after the client)."""
+        if self._confined is None:
+            self._confined = Confined(self.workdir, what="the worker's workdir")
+        return self._confined
+
+    def _refused(self, what: str, path: str, exc: OSError) -> RequestError:
+        """The refusal of a file access the agent asked for (told to the observer too)."""
+        if isinstance(exc, ConfinementError):
+            reason, text = exc.reason, str(exc)
+        elif isinstance(exc, PermissionError) and self._is_reference(path):
+            return execute_only_refused(path)  # a host not running as root cannot open it at all
+        else:
+            reason = exc.strerror or type(exc).__name__
+            text = f"{path}: {reason}"
+        self.observer.on_refused(f"{what} {path}", reason)
+        return RequestError(REFUSED, refusal(text), {"path": path, "reason": reason})
+
+    def _is_reference(self, path: str) -> bool:
+        """Is `path` the execute-only reference (for the wording of a refusal only)?"""
         try:
-            return confine(self.workdir, path)
-        except RequestError as exc:
-            self.observer.on_refused(f"{what} {path}", exc.data["reason"] if exc.data else str(exc))
-            raise
+            return self.confined.is_file(path) and execute_only(self.confined.path(path))
+        except OSError:
+            return False
 
     async def read_text_file(self, path, session_id, limit=None, line=None, **kwargs):
-        p = self._confine(path, "fs/read_text_file")
-        if not p.is_file():
-            raise RequestError.resource_not_found(str(path))
-        refuse_execute_only(p, path)
-        try:  # checked again on the file opened: the path may have been swapped for a link meanwhile
-            text = read_text(p)
+        try:  # the execute-only check is made on the file opened (reference.py)
+            text = read_text(self.confined, path, READ_LIMIT)
         except ExecuteOnlyError:
-            raise RequestError(-32602, f"{path}: {EXECUTE_ONLY}", {"path": path, "reason": EXECUTE_ONLY}) from None
+            raise execute_only_refused(path) from None
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise RequestError.resource_not_found(str(path)) from None
+        except OSError as exc:
+            raise self._refused("fs/read_text_file", path, exc) from None
         if line is not None or limit is not None:
             lines = text.splitlines(keepends=True)
             start = max((line or 1) - 1, 0)
@@ -271,16 +286,33 @@ class WorkdirClient(NoExtensions):
         return ReadTextFileResponse(content=text)
 
     async def write_text_file(self, content, path, session_id, **kwargs):
-        p = self._confine(path, "fs/write_text_file")
-        refuse_execute_only(p, path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(content, encoding="utf-8")
+        try:  # opened without truncating, checked (regular, not the reference), then truncated and written
+            p = self.confined.write_text(path, content, check=not_execute_only)
+        except ExecuteOnlyError:
+            raise execute_only_refused(path) from None
+        except OSError as exc:
+            raise self._refused("fs/write_text_file", path, exc) from None
         self.files_written.append(p)
         return WriteTextFileResponse()
 
     # -- terminals ------------------------------------------------------------------
     async def create_terminal(self, command, session_id, args=None, cwd=None, env=None, output_byte_limit=None, **kw):
-        workdir = self._confine(cwd, "terminal/create in") if cwd else self.workdir
+        cwd_fd = None
+        if cwd:  # opened beneath the workdir; the host starts the command in that directory by its fd
+            try:
+                cwd_fd = self.confined.open_dir(cwd)
+            except FileNotFoundError:
+                raise RequestError.invalid_params({"cwd": cwd, "reason": "no such directory"}) from None
+            except OSError as exc:
+                raise self._refused("terminal/create in", cwd, exc) from None
+        try:
+            return await self._create_terminal(command, args, cwd, cwd_fd, env, output_byte_limit)
+        finally:
+            if cwd_fd is not None:
+                os.close(cwd_fd)
+
+    async def _create_terminal(self, command, args, cwd, cwd_fd, env, output_byte_limit):
+        workdir = self.confined.path(cwd) if cwd else self.workdir
         # The agent's environment without its credentials: a command (and whatever it prints) needs none.
         merged = {k: v for k, v in self.env.items() if not SECRET_NAME.search(k)}
         for var in env or []:
@@ -299,7 +331,7 @@ class WorkdirClient(NoExtensions):
                 raise RequestError.internal_error({"reason": str(exc)}) from exc
         proc = await asyncio.create_subprocess_exec(
             *argv,
-            cwd=str(workdir),
+            cwd=f"/proc/self/fd/{cwd_fd}" if cwd_fd is not None else str(workdir),
             env=merged,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

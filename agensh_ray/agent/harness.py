@@ -31,6 +31,7 @@ from pathlib import Path
 from agensh_ray.agent.modelroute import (  # noqa: F401  (re-exported: where callers have always found them)
     MIN_SECRET_LEN, SECRET_NAME, SECRETS_FILE_VAR, ModelRoute, cache_root, read_secrets, toml_string,
 )
+from agensh_ray.confined import Confined
 from agensh_ray.errors import HarnessError
 from agensh_ray.models import GatewayEndpoint
 from agensh_ray.paths import NODE_BIN
@@ -161,9 +162,10 @@ class Harness:
             path.append(str(NODE_BIN))
         env["PATH"] = os.pathsep.join(dict.fromkeys(p for p in path if p))
         home.mkdir(parents=True, exist_ok=True)
-        for rel, text in self.home_files:
-            (home / rel).parent.mkdir(parents=True, exist_ok=True)
-            (home / rel).write_text(text)
+        if self.home_files:  # HOME is the worker's (its agent may have left links there): written beneath it
+            with Confined(home) as sealed:
+                for rel, text in self.home_files:
+                    sealed.write_text(rel, text)
         env["HOME"] = str(home)
         env["XDG_CONFIG_HOME"] = str(home / ".config")
         if self.shared_cache:
@@ -172,7 +174,8 @@ class Harness:
                 env["NODE_COMPILE_CACHE"] = str(cache_root() / self.name / "node-compile-cache")
         if self.config_dir_var:
             config = home / f".{self.name}"
-            config.mkdir(parents=True, exist_ok=True)
+            with Confined(home) as sealed:
+                os.close(sealed.open_dir(config.name, create=True))
             env[self.config_dir_var] = str(config)
         env.update(extra)
         return env

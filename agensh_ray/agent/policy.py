@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agensh_ray.agent.shellwords import ASSIGNMENT, flag_value, pattern_index, substitutions, without_heredocs, wrapped
+from agensh_ray.confined import Confined
 
 PROGRAMS = frozenset([
     ":", ".", "[", "alias", "awk", "basename", "bc", "break", "cat", "cd", "chmod", "cmp", "column", "comm",
@@ -154,7 +155,10 @@ class PermissionPolicy:
         p = Path(path)
         if not p.is_absolute():
             p = (base or self.workdir) / p
-        resolved = p.resolve()
+        try:
+            resolved = p.resolve()
+        except OSError as exc:  # a link loop, or a name swapped between two steps of realpath
+            raise Refused(f"{what} `{path}` cannot be resolved ({exc.strerror}); work inside your clone") from None
         if resolved == self.workdir or self.workdir in resolved.parents:
             return resolved
         s = str(p)
@@ -341,13 +345,18 @@ class PermissionPolicy:
                               "and merge it with pr_merge")
 
     def _current_branch(self, base: Path) -> str:
-        for d in [base, *base.parents]:
-            head = d / ".git" / "HEAD"
-            if head.is_file():
-                ref = head.read_text().strip()
-                return _branch(ref[5:].strip()) if ref.startswith("ref:") else "HEAD"
-            if d == self.workdir:
-                break
+        """The branch checked out in the clone holding `base` (HEAD read beneath the workdir, bounded, without
+        following a link: agensh_ray/confined.py)."""
+        try:
+            with Confined(self.workdir) as root:
+                parts = [p for p in root.relative(base).split("/") if p]
+                for n in range(len(parts), -1, -1):
+                    head = "/".join([*parts[:n], ".git", "HEAD"])
+                    if root.is_file(head):
+                        ref = root.read_text(head, 4096, whole=False).strip()
+                        return _branch(ref[5:].strip()) if ref.startswith("ref:") else "HEAD"
+        except OSError:
+            pass
         return "HEAD"
 
 

@@ -44,6 +44,7 @@ from agensh_ray.agent.policy import PermissionPolicy
 from agensh_ray.agent.process import AgentProcess
 from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.agent.warmup import start_once
+from agensh_ray.confined import Confined
 from agensh_ray.errors import AgentDied, AgentNeedsCredentials, TurnFailed
 from agensh_ray.models import GatewayEndpoint
 
@@ -55,9 +56,11 @@ CONNECTION_ERRORS = (ConnectionError, BrokenPipeError, asyncio.IncompleteReadErr
 
 
 def forge_tokens(workdir: Path) -> list[str]:
-    """Passwords in the clone's remote URLs (http://user:token@host/...): agents may echo them."""
+    """Passwords in the clone's remote URLs (http://user:token@host/...): agents may echo them. The config is
+    the worker's: read beneath the clone without following a link, bounded (agensh_ray/confined.py)."""
     try:
-        config = (workdir / ".git" / "config").read_text()
+        with Confined(workdir) as root:
+            config = root.read_text(".git/config", 1 << 20, whole=False)
     except OSError:
         return []
     return re.findall(r"://[^/:@\s]+:([^@\s]+)@", config)

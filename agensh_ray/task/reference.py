@@ -27,17 +27,22 @@ agent runs, whoever the host runs as:
   agent is): the sandbox forbids nested user namespaces (`--disable-userns`), where the agent would
   hold CAP_DAC_OVERRIDE over its own files.
 
-The host reads a file for an agent (ACP `fs/read_text_file`) with `read_text`, which opens it without
-following a last symlink and checks the file it opened, so swapping a path for a link to the
-reference between the check and the read gains nothing.
+The host reads a file for an agent (ACP `fs/read_text_file`) with `read_text`, which opens it beneath
+the workdir's fd without following any link (agensh_ray/confined.py) and checks the file it opened, so
+swapping a path for a link to the reference (or to anything) between a check and the read gains nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import shutil
 import stat
 from pathlib import Path
+
+from agensh_ray.confined import READ_LIMIT, Confined
+from agensh_ray.errors import ConfinementError
+
+log = logging.getLogger(__name__)
 
 REFERENCE_DIR = "reference"
 """Where a worker's clone holds the execute-only reference (`reference/<program>`, untracked)."""
@@ -81,42 +86,83 @@ def _execute_only_mode(mode: int) -> bool:
     return stat.S_ISREG(mode) and bool(runnable) and not readable
 
 
+def not_execute_only(st: os.stat_result) -> None:
+    """Raise ExecuteOnlyError for the stat of the execute-only reference (a check made on an opened file)."""
+    if _execute_only_mode(st.st_mode):
+        raise ExecuteOnlyError("the file is execute-only")
+
+
 def install_reference(built: Path, workdir: Path, relpath: str) -> Path:
-    """Copy the run's built reference into a worker's clone at `relpath` (0111), excluded from git."""
-    dest = Path(workdir) / relpath
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.unlink(missing_ok=True)
+    """Copy the run's built reference into a worker's clone at `relpath` (0111), excluded from git.
+
+    The clone is the worker's: anything in it may have been replaced by a link (to /etc, say) while its agent
+    ran. So every step is taken beneath the clone's fd without following one (agensh_ray/confined.py): the
+    folder opened (made) beneath it (a link in its place removed first), the copy written to a new name in
+    that folder and renamed over `relpath` there (a link in its place is replaced, not followed), the
+    exclude file read bounded and written only if it is a regular file reached without a link."""
+    root = Confined(workdir)
     try:
-        shutil.copyfile(built, tmp)  # reading execute-only bytes: root (or CAP_DAC_OVERRIDE) only
-        os.chmod(tmp, 0o111)
-        if os.geteuid() == 0:  # the agents run as uid 0: they must not own it (module docstring)
-            os.chown(tmp, REFERENCE_UID, REFERENCE_UID)
+        head, _, name = root.relative(relpath).rpartition("/")
+        try:
+            folder = root.open_dir(head, create=True)
+        except ConfinementError:  # `reference` made a link by the worker: the link goes, a real folder comes
+            st = root.lstat(head)
+            if st is None or not stat.S_ISLNK(st.st_mode):
+                raise
+            log.warning("%s: %s was a symbolic link; replaced by a folder", workdir, head)
+            root.unlink(head, link=True)
+            folder = root.open_dir(head, create=True)
+        try:
+            return _install(built, root, folder, head, name)
+        finally:
+            os.close(folder)
+    finally:
+        root.close()
+
+
+def _install(built: Path, root: Confined, folder: int, head: str, name: str) -> Path:
+    tmp = name + ".tmp"
+    try:
+        os.unlink(tmp, dir_fd=folder)  # a link or a file of that name: removed, not followed
+    except FileNotFoundError:
+        pass
+    try:
+        src = os.open(built, os.O_RDONLY | os.O_CLOEXEC)  # execute-only bytes: root (or CAP_DAC_OVERRIDE) only
     except PermissionError:
         # A run as a non-root user (a cluster host's): a hard link needs no read. The clones then share one
         # inode with the run's reference.
-        tmp.unlink(missing_ok=True)
-        os.link(built, tmp)
-    os.replace(tmp, dest)
-    exclude = Path(workdir) / ".git" / "info" / "exclude"
-    if exclude.parent.is_dir():
-        line = f"/{REFERENCE_DIR}/"
-        text = exclude.read_text() if exclude.exists() else ""
-        if line not in text.splitlines():
-            exclude.write_text(text + ("" if text.endswith("\n") or not text else "\n") + line + "\n")
-    return dest
+        os.link(built, tmp, dst_dir_fd=folder, follow_symlinks=False)
+    else:
+        try:
+            dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o100,
+                          dir_fd=folder)
+            try:
+                while os.sendfile(dst, src, None, 1 << 24):
+                    pass
+                os.fchmod(dst, 0o111)
+                if os.geteuid() == 0:  # the agents run as uid 0: they must not own it (module docstring)
+                    os.fchown(dst, REFERENCE_UID, REFERENCE_UID)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+    os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+    line = f"/{REFERENCE_DIR}/"
+    exclude = ".git/info/exclude"
+    if root.is_dir(".git/info"):
+        try:
+            text = root.read_text(exclude, 1 << 20) if root.lstat(exclude) is not None else ""
+            if line not in text.splitlines():
+                root.write_text(exclude, text + ("" if text.endswith("\n") or not text else "\n") + line + "\n",
+                                parents=False)
+        except OSError as exc:  # a link or a FIFO in its place: left alone (git shows reference/ as untracked)
+            log.warning("%s: the reference is not excluded from git: %s", root.root, exc)
+    return root.path(f"{head}/{name}" if head else name)
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """A regular file's text, read for an agent; ExecuteOnlyError for the execute-only reference. The
-    check is made on the file opened (a last symlink is not followed; FIFOs and devices are refused
-    without blocking), so the path cannot be swapped for a link to the reference after the check."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise IsADirectoryError(f"{path} is not a regular file") if stat.S_ISDIR(st.st_mode) else \
-                PermissionError(f"{path} is not a regular file")
-        if _execute_only_mode(st.st_mode):
-            raise ExecuteOnlyError(f"{path} is execute-only")
-        return f.read().decode("utf-8", errors="replace")
+def read_text(root: Confined, path: str | os.PathLike, limit: int = READ_LIMIT) -> str:
+    """A regular file's text beneath `root`, read for an agent; ExecuteOnlyError for the execute-only
+    reference. The check is made on the file opened (no link is followed on the way, FIFOs and devices are
+    refused without blocking: agensh_ray/confined.py), so the path cannot be swapped for a link to the
+    reference after the check."""
+    return root.read_text(path, limit, check=not_execute_only)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.config import RunConfig
+from agensh_ray.confined import Confined
 from agensh_ray.task.reference import REFERENCE_DIR, install_reference
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,35 @@ def _set_origin(workdir: Path, url: str, env: dict[str, str]) -> None:
         _git(["-C", str(workdir), "remote", "set-url", "origin", url], env)
     except RuntimeError:
         _git(["-C", str(workdir), "remote", "add", "origin", url], env)
+
+
+def _regular(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _remove_locks(workdir: Path) -> int:
+    """git's lock files (`.git/*.lock`, `.git/refs/**/*.lock`) removed: regular files only, found and unlinked
+    beneath the clone without following a link (a worker's `.git/refs` may be a link to /run)."""
+    removed = 0
+    with Confined(workdir) as root:
+        for top, deep in ((".git", False), (".git/refs", True)):
+            try:
+                for _, dirs, files, dfd in root.walk(top):
+                    for name in files:
+                        if name.endswith(".lock") and _regular(name, dfd):
+                            try:
+                                os.unlink(name, dir_fd=dfd)  # the last component is never followed
+                            except FileNotFoundError:
+                                continue
+                            removed += 1
+                    if not deep:
+                        dirs.clear()
+            except OSError:
+                continue
+    return removed
 
 
 def git_env(worker_id: str, home: Path) -> dict[str, str]:
@@ -170,15 +201,26 @@ class Workdirs:
     def kept(workdir: Path) -> bool:
         """Is there a clone at `workdir` to go on from: a .git holding a HEAD and at least one ref, read off the
         disk (never by git, whose failures, e.g. a bad config in the worker's HOME, must not pass for "no
-        clone")? A clone killed before it wrote its refs has none, and nothing of the worker's."""
-        git_dir = workdir / ".git"
-        if not (git_dir / "HEAD").is_file():
+        clone")? A clone killed before it wrote its refs has none, and nothing of the worker's. Read beneath the
+        clone without following a link, bounded (agensh_ray/confined.py): a link to /dev/zero or a FIFO there
+        neither hangs nor grows the host."""
+        try:
+            root = Confined(workdir)
+        except OSError:
             return False
-        packed = git_dir / "packed-refs"
-        if packed.is_file():  # a ref line, not its header or a peeled tag's "^"; garbage read, not raised
-            if any(line and line[0] not in "#^" for line in packed.read_text(errors="replace").splitlines()):
+        with root:
+            if not root.is_file(".git/HEAD"):
+                return False
+            try:  # a ref line, not its header or a peeled tag's "^"; garbage read, not raised; the first MiB will do
+                packed = root.read_text(".git/packed-refs", 1 << 20, whole=False)
+            except OSError:
+                packed = ""
+            if any(line and line[0] not in "#^" for line in packed.splitlines()):
                 return True
-        return any(p.is_file() for p in (git_dir / "refs").rglob("*"))
+            try:
+                return any(_regular(f, dfd) for _, _, files, dfd in root.walk(".git/refs") for f in files)
+            except OSError:
+                return False
 
     def recover(self, worker_id: str, workdir: Path, home: Path) -> str:
         """A clone left by a host process that died mid-work, made usable again: git's lock files of
@@ -187,11 +229,9 @@ class Workdirs:
         env = clone_env(worker_id, workdir, home)
         done = []
         git_dir = workdir / ".git"
-        locks = [p for p in [*git_dir.glob("*.lock"), *git_dir.glob("refs/**/*.lock")] if p.is_file()]
-        for lock in locks:
-            lock.unlink(missing_ok=True)
+        locks = _remove_locks(workdir)
         if locks:
-            done.append(f"removed {len(locks)} stale git lock file(s)")
+            done.append(f"removed {locks} stale git lock file(s)")
         for op, marker in (("merge", "MERGE_HEAD"), ("rebase", "rebase-merge"), ("rebase", "rebase-apply"),
                            ("cherry-pick", "CHERRY_PICK_HEAD")):
             if (git_dir / marker).exists():
