@@ -250,3 +250,51 @@ def test_task_folder_loads_like_any_task_and_the_cli_shows_it(task: Task):
     assert shown.returncode == 0 and "genkit" in shown.stdout
     data = json.loads((task.root / "oracle" / "graph.json").read_text())
     assert data["critical_path"] == 4 and data["features"] == 24
+
+
+# -- the sim on a generated task: a whole run -------------------------------------------------------------
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_sim_workers_rebuild_a_generated_task_in_dependency_order(ray_session, tmp_path: Path):
+    """3 sim workers on F=16 (4 levels, 2 registries, helpers used by half the features): every feature merged,
+    none claimed before each of its dependencies was merged (their PATCH_SUMMARY entries come first), main
+    scores 1.0, and main's shared.py holds each helper once however many PRs wrote it."""
+    import io
+    import re
+    import tarfile
+    import threading
+
+    from agensh_ray.config import RunConfig
+    from agensh_ray.driver import Run
+
+    root = tmp_path / "gen-16-s2"
+    generate(Params(features=16, seed=2, depth=4, registries=2, helpers=2, helper_share=0.5), root)
+    task = Task.load(str(root))
+    cfg = RunConfig(workers=3, time_scale=120, minutes=600, run_dir=tmp_path / "runs", run_id="gen", seed=3,
+                    task=str(root))
+    out = io.StringIO()
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.setdefault("summary", Run(cfg, task, out=out).execute()), daemon=True)
+    t.start()
+    t.join(timeout=600)
+    assert not t.is_alive(), "the run did not finish in time:\n" + out.getvalue()
+    summary = result["summary"]
+    assert summary["prs_merged"] == 16 and summary["score"] == 1.0, out.getvalue()
+    deps = {f.name: f.deps for f in task.features()}
+    merged_at, claims = {}, []
+    for line in (tmp_path / "runs" / "gen" / "board" / "board.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        m = re.match(r"(?:claim )?(f\d+)", e["text"])
+        if e["type"] == "PATCH_SUMMARY":
+            merged_at.setdefault(m.group(1), e["seq"])
+        elif e["type"] == "CLAIM":
+            claims.append((e["seq"], m.group(1)))
+    early = [(seq, f, d) for seq, f in claims for d in deps[f] if merged_at.get(d, 10**9) > seq]
+    assert not early, early
+    assert any(deps[f] for _, f in claims)
+    with tarfile.open(tmp_path / "runs" / "gen" / "checkpoints" / "submission.tar.gz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("genkit/shared.py"))
+        shared = tar.extractfile(member).read().decode()
+    used = {h for f in task.features() for h in f.helpers}
+    assert used and all(shared.count(task.oracle_helper(h)[1]) == 1 for h in used), shared
