@@ -2,10 +2,12 @@
 
     python -m agensh_ray.tasks list [--source local|programbench]
     python -m agensh_ray.tasks show ID        # a bundled name, a task folder, or programbench:<instance_id>
+    python -m agensh_ray.tasks generate --features F --seed S --out DIR [--depth L --width W --registries R ...]
 
 `list` prints one line per task: its id (what --task takes), source, language, difficulty and
 active tests (tests of active branches, ignored tests left out). `show` adds the branches, the
-ignore reasons and, for a catalogue instance, what this machine lacks to run it.
+ignore reasons and, for a catalogue instance, what this machine lacks to run it. `generate` writes a task
+folder sized for an organization (agensh_ray/task/generate.py; docs/tasks.md, "Generated tasks").
 """
 
 from __future__ import annotations
@@ -76,6 +78,31 @@ def cmd_show(spec: str) -> int:
     return 0
 
 
+def cmd_generate(a: argparse.Namespace) -> int:
+    import time
+
+    from agensh_ray.task.generate import Params, generate
+
+    params = Params(features=a.features, seed=a.seed, depth=a.depth, width=a.width, registries=a.registries,
+                    helpers=a.helpers, helper_share=a.helper_share, extra_deps=a.extra_deps, size_alpha=a.size_alpha,
+                    size_min=a.size_min, size_max=a.size_max, branches=a.branches)
+    try:
+        params.check()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    try:
+        g = generate(params, Path(a.out))
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    size = sum(p.stat().st_size for p in Path(a.out).rglob("*") if p.is_file())
+    print(f"wrote {a.out}: F={g['features']} L={g['critical_path']} width={g['width']} registries={g['registries']} "
+          f"ideal speedup min(N, {g['max_parallelism']:.1f}); {size / 1e6:.2f} MB in {time.monotonic() - t0:.2f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m agensh_ray.tasks", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -84,8 +111,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="only bundled task folders (local) or ProgramBench's catalogue (programbench)")
     sp = sub.add_parser("show", help="one task: its fields, branches, ignore reasons, what this machine lacks")
     sp.add_argument("id", help="a bundled task's name, a task folder, or programbench:<instance_id>")
+    gp = sub.add_parser("generate", help="write a generated task folder (docs/tasks.md, 'Generated tasks')")
+    gp.add_argument("--features", "-F", type=int, required=True, help="F: subcommands to rebuild")
+    gp.add_argument("--seed", type=int, default=0, help="everything is drawn from it: same arguments, same bytes")
+    gp.add_argument("--out", required=True, help="the task folder to write (its name is the instance id)")
+    gp.add_argument("--depth", "-L", type=int, default=4, help="L: the critical path, in features (default 4)")
+    gp.add_argument("--width", "-W", type=int, default=None, help="the most features on one level (default ceil(F/L))")
+    gp.add_argument("--registries", "-R", type=int, default=4, help="registry files the features spread over (4)")
+    gp.add_argument("--helpers", type=int, default=None, help="shared helpers (default max(1, F//16))")
+    gp.add_argument("--helper-share", type=float, default=0.2, help="share of features using a helper (0.2)")
+    gp.add_argument("--extra-deps", type=float, default=0.5, help="mean extra dependencies per feature (0.5)")
+    gp.add_argument("--size-alpha", type=float, default=1.2, help="Pareto shape of feature sizes (1.2)")
+    gp.add_argument("--size-min", type=int, default=2, help="smallest feature, in lines (2)")
+    gp.add_argument("--size-max", type=int, default=200, help="largest feature, in lines (200)")
+    gp.add_argument("--branches", type=int, default=None, help="hidden test branches (default ceil(F/128), <= 32)")
     a = p.parse_args(argv)
     try:
+        if a.cmd == "generate":
+            return cmd_generate(a)
         return cmd_list(a.source) if a.cmd == "list" else cmd_show(a.id)
     except TaskError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -67,6 +67,8 @@ class SimSession:
     """The infra tools the run gives this agent (the MCP server's list; no board or chat in the baseline)."""
     announced: bool = False
     """Whether this session already checked main end to end and told the channel."""
+    waits: int = 0
+    """Steps this turn spent waiting for dependencies peers are building (generated tasks; turn.MAX_WAITS)."""
     handed_prs: list[tuple[int, str]] = field(default_factory=list)
     """Its own PRs a hand-off summary listed as open (number, branch): a previous session opened them and died
     before merging (its host or node was lost); finished first."""

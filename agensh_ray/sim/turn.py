@@ -34,6 +34,11 @@ AWAY_RE = re.compile(r"temporarily unavailable|is restarting|did not answer", re
 done; ask again (or look) rather than give the feature up and leave a PR open."""
 MAX_ATTEMPTS = 2
 """Attempts at a feature whose build raised (a tool or git error, not a failing check) before it is left to peers."""
+MAX_WAITS = 60
+"""Steps a worker waits in one turn while every feature left is blocked on dependencies peers are building (a task
+with a dependency graph); then it ends its turn (the host's nudge brings it back)."""
+LINES_PER_STEP = 10
+"""Lines of a sized feature (generated tasks) written per step: a feature of s lines takes ceil(s / 10) steps."""
 
 
 class Cancelled(Exception):
@@ -130,6 +135,7 @@ class Turn:
 
     # -- the loop --------------------------------------------------------------------
     async def run(self) -> None:
+        self.s.waits = 0
         while self.s.handed_prs:  # a hand-off listed PRs of its own still open: merge them first
             await self.finish_pr(*self.s.handed_prs.pop(0))
         while True:
@@ -166,16 +172,38 @@ class Turn:
         if await self.merge(number, branch, feature) and not on_main:
             self.s.mine.add(feature)
             await self.note(type="PATCH_SUMMARY",
-                text=f"{feature}: added textkit/commands/{feature}.py and its registry line; PR #{number} merged",
+                text=f"{feature}: added {self._label(feature)} and its registry line; PR #{number} merged",
             )
 
     def _merged_on_main(self, registry_text: str) -> set[str]:
-        return {f.name for f in self.task.features() if f.registry_line.strip() in registry_text}
+        lines = {line.strip() for line in registry_text.splitlines()}
+        return {f.name for f in self.task.features() if f.registry_line.strip() in lines}
+
+    def _deps(self) -> dict[str, list[str]]:
+        """Feature -> the features it depends on (empty for a task without a dependency graph)."""
+        return {f.name: f.deps for f in self.task.features() if f.deps}
+
+    def _label(self, feature: str) -> str:
+        f = next(x for x in self.task.features() if x.name == feature)
+        return f.module if f.size is not None else f"textkit/commands/{feature}.py"
+
+    async def _wait_for_deps(self, blocked: list[str]) -> bool:
+        """Every feature left is blocked on dependencies not merged yet: wait (True: the caller gathers again
+        after a step), or, after MAX_WAITS in this turn, give up the turn (False)."""
+        self.s.waits += 1
+        if self.s.waits > MAX_WAITS:
+            await self.say(f"Still waiting for dependencies of {len(blocked)} feature(s); ending my turn.")
+            return False
+        if self.s.waits == 1:
+            await self.say(f"Every free feature waits for dependencies not merged yet ({len(blocked)}: "
+                           f"{', '.join(blocked[:5])}{', ...' if len(blocked) > 5 else ''}); waiting for peers.")
+        return True
 
     async def fetch_main(self) -> set[str]:
         """Fetch and return the features already registered on main."""
         await self.sh("git", "fetch", "-q", "origin")
-        _, registry = await self.sh("git", "show", f"origin/main:{self.task.registry_path}")
+        paths = self.task.registry_paths or [self.task.registry_path]
+        _, registry = await self.sh("git", "show", *(f"origin/main:{p}" for p in paths))
         merged = self._merged_on_main(registry)
         self.s.merged_seen |= merged
         return merged
@@ -208,14 +236,24 @@ class Turn:
                 if n not in done and n not in claims and n not in self.s.lost and n not in self.s.backed_off]
         if mine:
             return mine[0]
+        deps = self._deps()
+        if deps and free:  # only a feature whose dependencies are all merged can pass its checks
+            ready = [n for n in free if all(d in done for d in deps.get(n, ()))]
+            if not ready:  # the board's view may lag behind main: look at main itself before waiting
+                done |= await self.fetch_main()
+                ready = [n for n in free if all(d in done for d in deps.get(n, ()))]
+            if not ready:
+                return await self.gather_and_claim() if await self._wait_for_deps(free) else None  # (it thinks first)
+            free = ready
         if not free:
             return None
+        self.s.waits = 0
         feature = self.rng.choice(free)
         await self.think()
         entry = await self.tool(
             "board_write",
             type="CLAIM",
-            text=f"claim {feature}: textkit/commands/{feature}.py + registry line",
+            text=f"claim {feature}: {self._label(feature)} + registry line",
         )
         my_seq = int(re.search(r"#(\d+)", entry).group(1))
         # Settle a collision: the earliest claim wins, later claimants back off and say so by DM.
@@ -241,6 +279,15 @@ class Turn:
             await self.say("Wind-down: no new features.")
             return None
         free = [f.name for f in self.task.features() if f.name not in merged and f.name not in self.s.lost]
+        deps = self._deps()
+        if deps and free:
+            ready = [n for n in free if all(d in merged for d in deps.get(n, ()))]
+            if not ready:
+                if not await self._wait_for_deps(free):
+                    return None
+                await self.think()
+                return await self.gather_from_main()
+            free, self.s.waits = ready, 0
         return self.rng.choice(free) if free else None
 
     def _claims(self, board: str) -> list[tuple[int, str, str]]:
@@ -268,13 +315,21 @@ class Turn:
     async def build(self, feature: str) -> None:
         f = next(x for x in self.task.features() if x.name == feature)
         branch = f"{self.s.worker}/{feature}"
-        if feature in await self.fetch_main():
+        merged = await self.fetch_main()
+        if feature in merged:
             await self.note(type="FAIL", text=f"release {feature}: already on main")
             self.s.lost.add(feature)
+            return
+        if missing := [d for d in f.deps if d not in merged]:  # (a stale claim from an earlier turn): not yet
+            await self.note(type="FAIL", text=f"release {feature}: needs {', '.join(missing)} on main first"[:100])
             return
         await self.say(f"Building {feature} on {branch}.")
         await self.sh("git", "checkout", "-q", "-B", branch, "origin/main")
         await self.think()
+        for _ in range(-(-(f.size or 0) // LINES_PER_STEP) - 1):  # a sized feature: a step per LINES_PER_STEP lines
+            await self.think()
+        for helper in f.helpers:  # a shared helper not on main yet: this worker writes it (maybe a peer too)
+            await self.add_helper(helper)
         if self.rng.random() < self.cfg.config.observe_rate:
             await self.note(type="OBSERVED",
                 text=f"{feature}: reference output checked on the sample inputs before coding",
@@ -285,7 +340,7 @@ class Turn:
             find, replace = self.task.oracle_bug(feature)
             code = code.replace(find, replace, 1)
         await self.write(f.module, code)
-        await self.add_registry_line(f.registry_line)
+        await self.add_registry_line(f.registry_line, f.registry)
         await self.think()
         rc, out = await self.sh(sys.executable, "checks/check.py", feature, check=False)
         if rc != 0:
@@ -324,7 +379,7 @@ class Turn:
         if await self.merge(number, branch, feature):
             self.s.mine.add(feature)
             await self.note(type="PATCH_SUMMARY",
-                text=f"{feature}: added textkit/commands/{feature}.py and its registry line; PR #{number} merged",
+                text=f"{feature}: added {self._label(feature)} and its registry line; PR #{number} merged",
             )
 
     async def check_main(self) -> None:
@@ -341,8 +396,20 @@ class Turn:
             await self.note(type="FAIL", text=f"main {sha.strip()} fails {len(failed)} check(s)",
                             detail="\n".join(failed)[:4000])
 
-    async def add_registry_line(self, line: str) -> None:
-        path = self.task.registry_path
+    async def add_helper(self, name: str) -> None:
+        """Write a shared helper's line just above its file's end mark, unless main has it already."""
+        path, line = self.task.oracle_helper(name)
+        text = await self.read(path)
+        lines = text.splitlines(keepends=True)
+        if any(l.rstrip("\n") == line for l in lines):
+            return
+        await self.think()
+        marks = [i for i, l in enumerate(lines) if l.startswith("# -- end of helpers")]
+        lines.insert(marks[-1] if marks else len(lines), line + "\n")
+        await self.write(path, "".join(lines))
+
+    async def add_registry_line(self, line: str, path: str | None = None) -> None:
+        path = path or self.task.registry_path
         text = await self.read(path)
         lines = text.splitlines(keepends=True)
         close = max(i for i, l in enumerate(lines) if l.strip() == "}")
@@ -371,7 +438,7 @@ class Turn:
             if rc != 0:
                 files = await self.resolve_conflicts()
                 await self.sh("git", "commit", "-q", "--no-edit")
-                if any(f != self.task.registry_path for f in files):
+                if any(f not in (self.task.registry_paths or [self.task.registry_path]) for f in files):
                     await self.sh(sys.executable, "checks/check.py", feature)
             await self.sh("git", "push", "-q", "origin", f"HEAD:refs/heads/{branch}")
         await self.note(type="FAIL", text=f"release {feature}: PR #{number} kept conflicting")
@@ -385,6 +452,8 @@ class Turn:
         for rel in files:
             text = await self.read(rel)
             kept = [l for l in text.splitlines(keepends=True) if not l.startswith(("<<<<<<<", "=======", ">>>>>>>"))]
+            if rel in self.task.shared_paths:  # a helper both sides added: one copy
+                kept = [l for i, l in enumerate(kept) if not (l.startswith("def ") and l in kept[:i])]
             await self.write(rel, "".join(kept))
             await self.sh("git", "add", rel)
         return files

@@ -32,6 +32,14 @@ class Feature(BaseModel):
     """Path of the feature's module inside the repository, e.g. `textkit/commands/upper.py`."""
     registry_line: str
     """The exact line that registers it, inserted just above the closing `}` of the registry."""
+    registry: str | None = None
+    """The registry file it registers in, where a task has several (generated tasks); None: the task's one."""
+    deps: list[str] = []
+    """Features whose code this one's calls: it cannot pass its checks before they are merged."""
+    helpers: list[str] = []
+    """Shared helpers it uses (`Task.oracle_helper`): whoever first needs one writes its line."""
+    size: int | None = None
+    """Lines of its code (generated tasks; the sim spends steps in proportion); None: not modelled."""
 
 
 class Task:
@@ -49,6 +57,10 @@ class Task:
     instance: dict = {}
     """The instance as ProgramBench's `load_data` loads it (task.yaml + tests.json)."""
     registry_path: str | None = None
+    registry_paths: list[str] = []
+    """Every registry file (generated tasks have several); the one registry_path otherwise."""
+    shared_paths: list[str] = []
+    """Shared helper files features add lines to (generated tasks)."""
 
     @classmethod
     def load(cls, spec: str = "textkit") -> "Task":
@@ -111,3 +123,7 @@ class Task:
 
     def oracle_bug(self, name: str) -> tuple[str, str]:
         raise TaskError(f"task {self.name!r} has no oracle")
+
+    def oracle_helper(self, name: str) -> tuple[str, str]:
+        """(file, line) of a shared helper a feature uses."""
+        raise TaskError(f"task {self.name!r} has no helpers")

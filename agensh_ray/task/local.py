@@ -8,7 +8,8 @@
       workspace/                   the repository's first commit: docs, starter code, compile.sh
       executable                   the reference; or build.sh, which builds ./executable in a copy of src/
       task.md                      the task text (issue #1); without it, prompts/task.md filled in
-      oracle/                      optional: what the sim agent knows (features.json, commands/, bugs.json)
+      oracle/                      optional: what the sim agent knows (features.json, commands/, bugs.json;
+                                   a generated task: program.json, helpers.json, graph.json instead of the code)
 
 Scoring is `evaluate.evaluate` (the package's Evaluator in bubblewrap) with each branch's tests
 packed as ProgramBench's blob store packs them (`tests/<branch>.tar.gz`).
@@ -50,6 +51,10 @@ class LocalSpec(BaseModel):
     """The reference's name in each worker's clone: `reference/<program>`."""
     registry: str | None = None
     """The shared file every feature registers in (the sim agent's merge conflicts), if any."""
+    registries: list[str] = []
+    """Every registry file, where features register in several (generated tasks); default [registry]."""
+    shared: list[str] = []
+    """Shared helper files features add lines to (generated tasks: oracle/helpers.json says which)."""
     hide: list[str] = []
     """Host paths masked in the scoring sandbox (the original program where the host has it installed),
     so a build under test cannot delegate to it."""
@@ -92,7 +97,10 @@ class LocalTask(Task):
         self.program = self.spec.program
         self.title = self.spec.title or f"Rebuild {self.program}"
         self.registry_path = self.spec.registry
+        self.registry_paths = self.spec.registries or ([self.spec.registry] if self.spec.registry else [])
+        self.shared_paths = list(self.spec.shared)
         self._features: list[Feature] | None = None
+        self._helpers: dict | None = None
         shipped = self.root / "executable"
         self._reference_hash: str | None = sha256(shipped) if shipped.is_file() else None
 
@@ -188,16 +196,37 @@ class LocalTask(Task):
                 raise TaskError(f"invalid oracle/features.json in task {self.name!r}: {e}") from e
         return self._features
 
+    @property
+    def generated(self) -> bool:
+        """A generated task (agensh_ray/task/generate.py): its oracle's code is rendered from oracle/program.json."""
+        return (self.root / "oracle" / "program.json").is_file()
+
     def oracle_module(self, name: str) -> str:
+        if self.generated:
+            from agensh_ray.task import generate
+
+            self._feature(name)
+            return generate.oracle_module(self.root, name)
         return self._read(f"oracle/commands/{Path(self._feature(name).module).name}")
 
     def oracle_bug(self, name: str) -> tuple[str, str]:
         self._feature(name)
+        if self.generated:
+            from agensh_ray.task import generate
+
+            return generate.oracle_bug(self.root, name)
         bugs = json.loads(self._read("oracle/bugs.json"))
         if name not in bugs:
             raise TaskError(f"task {self.name!r} has no oracle bug for feature {name!r}")
         bug = Bug.model_validate(bugs[name])
         return bug.find, bug.replace
+
+    def oracle_helper(self, name: str) -> tuple[str, str]:
+        if self._helpers is None:
+            self._helpers = json.loads(self._read("oracle/helpers.json"))
+        if name not in self._helpers:
+            raise TaskError(f"task {self.name!r} has no helper {name!r}")
+        return self._helpers[name]["file"], self._helpers[name]["line"]
 
     def _read(self, relpath: str) -> str:
         path = self.root / relpath
