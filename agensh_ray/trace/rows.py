@@ -24,7 +24,8 @@ SCHEMA_VERSION = 6
 3: the llm_calls and test_results tables added (older runs have none); scores gains the checkpoint's schedule time, not_run, error_code and eval_json (ProgramBench scoring).
 4: turns.model, the model the agent was told to use (older files read with null there).
 5: lifecycle.node, the Ray node of the actor or host (older files read with null there).
-6: scores gains runner_files, strict_pass_rate, strict_passed and strict_eval_json: what main ships that changes the test runner and its score without them (older files read with null there)."""
+6: scores gains runner_files, strict_pass_rate, strict_passed and strict_eval_json: what main ships that
+changes the test runner and its score without them (older files read with null there)."""
 
 
 class TraceRow(BaseModel):
