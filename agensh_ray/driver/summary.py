@@ -63,10 +63,10 @@ class Summary:
             "tests_not_run": res.not_run,
             "score_error": res.error_code,
             # ProgramBench's score counts files main ships that change its test runner (a conftest.py, ...);
-            # the strict score is main's without them (equal to the score when there are none)
+            # the strict score is main's without them (equal to the score when there are none; null: unknown)
             "runner_files": res.runner_files,
-            "strict_score": res.strict_score if res.runner_files else res.score,
-            "strict_tests_passed": res.strict_passed if res.runner_files else res.passed,
+            "strict_score": res.strict_score,
+            "strict_tests_passed": res.strict_passed,
             "checkpoints": self.checkpoints.seq,
             "run_dir": str(self.run_dir),
         }

@@ -148,7 +148,7 @@ class CatalogueTask(Task):
                  cancel: threading.Event | None = None, strict: bool = False) -> EvaluationResult:
         """The package's own Docker evaluation, called as `programbench eval` calls it (runs to its end even when
         cancelled: the containers are the package's). Its containers are not looked into for files that change
-        the test runner (no `runner_files` step: the strict score is the official one, `strict` has no effect)."""
+        the test runner (no `runner_files` step: the strict score is unknown, `strict` has no effect)."""
         self.check_available()
         from programbench.utils.blob_store import get_blob_dir
 

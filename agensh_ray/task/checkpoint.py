@@ -57,7 +57,7 @@ from programbench.eval.eval import EvaluationResult
 from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
 from agensh_ray.task.base import Task
-from agensh_ray.task.evaluate import ScoreSummary, found_runner_files, with_strict
+from agensh_ray.task.evaluate import ScoreSummary, found_runner_files, runner_files_checked, with_strict
 from agensh_ray.trace import ScoreRow, TestResultRow, TraceWriter
 
 log = logging.getLogger("agensh.checkpoint")
@@ -238,7 +238,7 @@ class Checkpoints:
                 shutil.copyfile(archive, self.dir / FINAL_SUBMISSION)
         files = found_runner_files(result)
         summary = with_strict(self.task.summarize(result), self.task.summarize(strict_result)
-                              if strict_result is not None else None, files)
+                              if strict_result is not None else None, files, runner_files_checked(result))
         if files:
             log.warning("checkpoint %s: main ships files that change the test runner (%s): official score %.3f, "
                         "strict %s", label, ", ".join(files), summary.score,

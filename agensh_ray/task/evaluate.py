@@ -228,12 +228,19 @@ def found_runner_files(result: EvaluationResult) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def with_strict(official: ScoreSummary, strict: ScoreSummary | None, files: list[str]) -> ScoreSummary:
-    """The official summary with the strict score beside it: `strict`'s when there is one, else (nothing
-    found) the official one's."""
+def runner_files_checked(result: EvaluationResult) -> bool:
+    """Whether the evaluation looked for files that change the test runner (its `runner_files` step ran), or
+    had nothing to look at (the build failed: no test ran, the strict score can only be the official one)."""
+    return result.error_code is not None or any(e.get("step") == RUNNER_FILES_STEP for e in result.log)
+
+
+def with_strict(official: ScoreSummary, strict: ScoreSummary | None, files: list[str],
+                checked: bool = True) -> ScoreSummary:
+    """The official summary with the strict score beside it: `strict`'s when there is one; the official one's
+    when nothing was found; None (unknown) when nobody looked (`checked` False: a Docker evaluation)."""
     if not files:
-        return official.model_copy(update={"runner_files": [], "strict_score": official.score,
-                                           "strict_passed": official.passed})
+        return official.model_copy(update={"runner_files": [], "strict_score": official.score if checked else None,
+                                           "strict_passed": official.passed if checked else None})
     return official.model_copy(update={"runner_files": files, "strict_score": strict.score if strict else None,
                                        "strict_passed": strict.passed if strict else None})
 
