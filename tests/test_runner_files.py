@@ -22,7 +22,7 @@ from agensh_ray.task import Task
 from agensh_ray.task.checkpoint import Checkpoints
 from agensh_ray.task.evaluate import ScoreSummary
 from agensh_ray.task.golden import TEST_PREFIX
-from agensh_ray.task.runner_files import removal_command, scan
+from agensh_ray.task.runner_files import removal_argv, scan
 from agensh_ray.task.sandbox import BwrapBackend
 from agensh_ray.trace import TraceWriter, write_schema_files
 
@@ -137,7 +137,7 @@ def test_each_kind_of_runner_file_is_found_and_removed(kind, env, env_root):
     assert [f.path for f in found] == want, kind
     assert all(f.why for f in found)
     # the strict evaluation's removal, run inside the sandbox
-    assert env.execute(removal_command(found))["returncode"] == 0
+    assert env._run(removal_argv(found), timeout=60)[0] == 0
     assert scan(env_root) == []
     assert (env_root / "workspace" / "compile.sh").is_file()  # the submission itself stays
 
@@ -149,7 +149,7 @@ def test_what_the_test_run_never_reads_is_not_flagged(kind, env_root):
     assert scan(env_root) == [], kind
 
 
-def test_links_and_replaced_system_files_are_flagged_without_being_followed(env_root, tmp_path):
+def test_links_odd_names_and_replaced_system_files_are_flagged_unfollowed_and_removed(env, env_root, tmp_path):
     secret = tmp_path / "host-secret.toml"
     secret.write_text("[tool.pytest]\n")
     ws = env_root / "workspace"
@@ -159,12 +159,18 @@ def test_links_and_replaced_system_files_are_flagged_without_being_followed(env_
     (etc / "ld.so.preload").write_text("/workspace/evil.so\n")  # the build added it
     os.unlink(etc / "profile")
     (etc / "profile").write_text("export PYTEST_ADDOPTS='-p evil'\n")  # the build replaced the host's
+    weird = os.fsdecode(b"x\x1b]0;owned\x07\xff.dist-info")  # a name with controls, not UTF-8
+    (ws / weird).mkdir()
+    (ws / weird / "entry_points.txt").write_text("[pytest11]\nx = x\n")
     found = {f.path: f.why for f in scan(env_root)}
-    assert sorted(found) == ["/etc/ld.so.preload", "/etc/profile", "pyproject.toml", "pytest"]
+    assert sorted(found) == ["/etc/ld.so.preload", "/etc/profile", "pyproject.toml", "pytest",
+                             "x\\x1b]0;owned\\x07\\xff.dist-info"]
     assert "link" in found["pyproject.toml"]
     assert "'pytest'" in found["pytest"]
-    # the removal puts the host's /etc entry back as the link it was
-    assert "ln -s -- /run/host/etc/profile /etc/profile" in removal_command(scan(env_root))
+    assert env._run(removal_argv(scan(env_root)), timeout=60)[0] == 0
+    assert scan(env_root) == [] and secret.read_text() == "[tool.pytest]\n"
+    # the host's /etc entry is back as the link it was; the one the host lacks is gone
+    assert os.readlink(etc / "profile") == "/run/host/etc/profile" and not os.path.lexists(etc / "ld.so.preload")
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -87,11 +87,16 @@ class LocalEvaluator(Evaluator):
         log_buf.append({"step": RUNNER_FILES_STEP, "command": "", "wall_time": time.monotonic() - t0,
                         "output": json.dumps([f.as_dict() for f in found]), "returncode": 0, "exception_info": ""})
         if self.strict and found:
-            self._run_step(runner_files.removal_command(found), env=env, log_buf=log_buf, step_name=NEUTRALISE_STEP,
-                           timeout=300)
+            # sh -c, not the Evaluator's `bash -lc`: HOME's login files may be among what it removes
+            t0 = time.monotonic()
+            rc, out, err = env._run(runner_files.removal_argv(found), timeout=300)
+            log_buf.append({"step": NEUTRALISE_STEP, "command": runner_files.removal_command(found),
+                            "wall_time": time.monotonic() - t0, "output": runner_files.shown(out + err),
+                            "returncode": rc, "exception_info": ""})
             left = runner_files.scan(env.root)
-            if left:
-                raise EvalStepError(f"{NEUTRALISE_STEP}_failed", ", ".join(f.path for f in left))
+            if rc != 0 or left:
+                raise EvalStepError(f"{NEUTRALISE_STEP}_failed",
+                                    ", ".join(f.path for f in left) or runner_files.shown(out + err))
 
     def _new_env(self, image: str, *, serial_pytest: bool = False):
         # As Evaluator._new_env (programbench 1.2.5), with the environment from our backend.

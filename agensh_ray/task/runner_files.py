@@ -57,6 +57,12 @@ from pathlib import Path
 
 from programbench.eval.pytest_timeout_retry import PYTEST_TIMEOUT_RETRY_PLUGIN_DIR, PYTEST_TIMEOUT_RETRY_PLUGIN_MODULE
 
+from agensh_ray.inputs import escape_all_controls
+from agensh_ray.task.sandbox import ETC_COPIED, HOST_ETC
+
+HOST_ROOT = HOST_ETC.removesuffix("/etc")
+"""Where the sandbox sees the host's /etc (read-only): `<HOST_ROOT>/etc/<name>`."""
+
 TESTS_DIR = "eval"
 """The folder each branch's tests unpack into, under the workspace (ProgramBench's layout)."""
 MAX_READ = 1 << 20
@@ -70,20 +76,29 @@ PYTEST_OPTIONAL = frozenset({
     "argcomplete", "pexpect", "colorama", "xdist", "pytest_timeout", "pytest_rerunfailures",
     PYTEST_TIMEOUT_RETRY_PLUGIN_MODULE})
 """Names pytest, its plugins or the Evaluator import that may not be installed where the scorer runs."""
-HOST_ETC = "/run/host/etc"
-ETC_COPIED = ("resolv.conf", "hosts", "hostname")
+
+
+def shown(path: str) -> str:
+    """A path the build chose, fit to print and store: bytes that are not UTF-8 and control characters escaped."""
+    return escape_all_controls(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 @dataclass(frozen=True)
 class RunnerFile:
     path: str
-    """As the sandbox sees it: relative to /workspace (`conftest.py`, `eval/tests/x.py`), else absolute."""
+    """As the sandbox sees it: relative to /workspace (`conftest.py`, `eval/tests/x.py`), else absolute; escaped
+    (`shown`)."""
     why: str
     remove: str
-    """The absolute path the strict evaluation removes (the tests' folder as a whole)."""
+    """The absolute path the strict evaluation removes (the tests' folder as a whole), as it is on disk."""
+
+    def __init__(self, path: str, why: str, remove: str):
+        object.__setattr__(self, "path", shown(path))
+        object.__setattr__(self, "why", why)
+        object.__setattr__(self, "remove", remove)
 
     def as_dict(self) -> dict:
-        return {"path": self.path, "why": self.why, "remove": self.remove}
+        return {"path": self.path, "why": self.why}
 
 
 @functools.cache
@@ -313,12 +328,19 @@ def scan(env_root: Path) -> list[RunnerFile]:
     return found
 
 
+REMOVE_SCRIPT = (
+    'for p in "$@"; do rm -rf -- "$p" || exit 1; case "$p" in /etc/*) '
+    f'if [ -e "{HOST_ROOT}$p" ] || [ -L "{HOST_ROOT}$p" ]; then ln -s -- "{HOST_ROOT}$p" "$p" || exit 1; fi;; '
+    'esac; done')
+"""Run by `sh -c` inside the sandbox (no login shell: HOME's files are among what it removes) with the paths as
+arguments: each removed; an /etc entry the host has put back as the link to the host's copy it was."""
+
+
+def removal_argv(found: list[RunnerFile]) -> list[str]:
+    """The command (run inside the sandbox, no shell parsing of the paths) that takes them away."""
+    return ["sh", "-c", REMOVE_SCRIPT, "sh", *dict.fromkeys(f.remove for f in found)]
+
+
 def removal_command(found: list[RunnerFile]) -> str:
-    """The shell command (run inside the sandbox) that takes them away: each removed, an /etc entry put back
-    as the link to the host's copy it was."""
-    parts = []
-    for remove in dict.fromkeys(f.remove for f in found):
-        parts.append(f"rm -rf -- {shlex.quote(remove)}")
-        if remove.startswith("/etc/") and os.path.lexists(remove):
-            parts.append(f"ln -s -- {shlex.quote(HOST_ETC + remove[len('/etc'):])} {shlex.quote(remove)}")
-    return " && ".join(parts) or "true"
+    """`removal_argv` as a line for the evaluation's log (paths escaped)."""
+    return "rm -rf -- " + " ".join(shlex.quote(shown(r)) for r in dict.fromkeys(f.remove for f in found))
