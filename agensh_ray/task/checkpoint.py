@@ -228,9 +228,10 @@ class Checkpoints:
                 if strict_result is not None:
                     (self.dir / strict_name).write_text(strict_result.model_dump_json(indent=2))
                 # a result that a retry could change (a branch that errored, a step other than the build
-                # failing) is not repeated
+                # failing) is not repeated, nor one whose strict evaluation is missing
                 clean = all(r.error_code in (None, "compile_failed") and not r.test_branch_errors
-                            for r in (result, strict_result) if r is not None)
+                            for r in (result, strict_result) if r is not None) and (
+                    strict_result is not None or not found_runner_files(result))
                 self._last_commit, self._last_eval, self._last_strict = (
                     (commit, self.dir / name, self.dir / strict_name if strict_result is not None else None)
                     if clean else (None, None, None))
