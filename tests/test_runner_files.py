@@ -99,6 +99,7 @@ RUNNER = {
     "module shadowing pytest's own": ({"workspace/pluggy.py": ""}, ["pluggy.py"]),
     "package shadowing the standard library": ({"workspace/subprocess/__init__.py": ""}, ["subprocess"]),
     "sourceless module shadowing": ({"workspace/json.pyc": ""}, ["json.pyc"]),
+    "namespace folder under a name pytest imports if present": ({"workspace/pexpect/spawnbase.py": ""}, ["pexpect"]),
     "ProgramBench's rerun plugin shadowed": ({"workspace/programbench_pytest_timeout.py": ""},
                                              ["programbench_pytest_timeout.py"]),
     "pytest11 entry point on sys.path": ({"workspace/evil-1.0.dist-info/entry_points.txt": "[pytest11]\ne = evil\n",

@@ -257,7 +257,9 @@ def scan_workspace(workspace: Path) -> list[RunnerFile]:
                                           "loads it at start", remove))
         else:
             module = _module_name(name)
-            if module is None and (link or (path.is_dir() and _is_package(path))):
+            # a plain folder is a namespace package, which a regular module elsewhere on sys.path wins over;
+            # but it is imported, submodules and all, under a name installed nowhere (pytest's optional imports)
+            if module is None and (link or (path.is_dir() and (_is_package(path) or name in PYTEST_OPTIONAL))):
                 module = name
             if module is not None and module in names:
                 found.append(RunnerFile(name, f"shadows the module {module!r} (python3 -m pytest puts the workspace "
