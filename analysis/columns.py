@@ -52,6 +52,8 @@ LABELS: dict[str, str] = {
     "t_s": "time", "checkpoint": "checkpoint", "passed": "tests passed", "total": "tests", "pass_rate": "score",
     "commit": "commit", "milestone": "milestone", "time_to_s": "reached after", "checkpoints": "scorings",
     "final_pass_rate": "final score", "final_passed": "tests passed at the end", "best_pass_rate": "best score",
+    "strict_pass_rate": "strict score", "runner_files": "test-runner files shipped",
+    "final_strict_pass_rate": "final strict score", "final_runner_files": "test-runner files shipped at the end",
     # idle
     "up_s": "up", "busy_s": "in turns", "idle_s": "idle", "idle_share": "idle share", "longest_idle_s": "longest idle",
     "nudges": "nudges", "share_findings_prompts": "share-findings prompts", "nudged_turns": "turns after a nudge",
@@ -60,9 +62,10 @@ LABELS: dict[str, str] = {
 TEXT = {"run_id", "harness", "worker_id", "role", "labels", "earlier_worker", "author_a", "author_b", "reason",
         "sender", "recipient", "level", "cost_basis", "checkpoint", "commit"}
 """Short text: left-aligned, kept on one line."""
-PROSE = {"text", "shared", "path", "functions"}
+PROSE = {"text", "shared", "path", "functions", "runner_files", "final_runner_files"}
 """Free text: left-aligned, wrapped."""
-PERCENT = {"pass_rate", "final_pass_rate", "best_pass_rate", "milestone", "idle_share"}
+PERCENT = {"pass_rate", "final_pass_rate", "best_pass_rate", "milestone", "idle_share", "strict_pass_rate",
+           "final_strict_pass_rate"}
 
 
 def label(col: str) -> str:

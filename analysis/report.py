@@ -74,6 +74,21 @@ def cost_notes(doc: Doc, runs: list[RunAnswers]) -> None:
               note=True)
 
 
+SCORE_FACTS = ("checkpoints", "final_pass_rate", "final_passed", "total", "best_pass_rate")
+"""The score facts every run shows; the strict ones are shown only where they differ (strict_differs)."""
+
+
+def strict_differs(final: dict) -> bool:
+    """Main at the end ships files that change the test runner, and its strict score is not the official one
+    (or is unknown)."""
+    return bool(final.get("final_runner_files")) and final.get("final_strict_pass_rate") != final.get(
+        "final_pass_rate")
+
+
+def strict_pct(final: dict) -> str:
+    return "unknown" if final.get("final_strict_pass_rate") is None else pct(final["final_strict_pass_rate"])
+
+
 def summary(doc: Doc, runs: list[RunAnswers]) -> None:
     ms = levels(runs)
     cols = ["run", "harness", "workers", "schedule time", "final score", *[f"time to {pct(m)}" for m in ms],
@@ -90,6 +105,11 @@ def summary(doc: Doc, runs: list[RunAnswers]) -> None:
                      "–" if per_pr is None or c.get("cost_basis") == "none"
                      else money(per_pr) + BASIS_MARK.get(c["cost_basis"], "")])
     doc.table(cols, rows, kinds)
+    gamed = [(r.label, f) for r in runs if strict_differs(f := r.answers["final_score"].one())]
+    if gamed:
+        doc.p("Final score is ProgramBench's official score. " + "; ".join(
+            f"{label}: {strict_pct(f)} without the files main ships that change the test runner "
+            f"({f['final_runner_files']})" for label, f in gamed) + ".", note=True)
     cost_notes(doc, runs)
 
 
@@ -127,7 +147,13 @@ def run_section(doc: Doc, r: RunAnswers, i: int, n: int, d: str) -> None:
           f"time scale {fmt(r.run['time_scale'])}, {duration(r.run['duration_s'])} of schedule "
           f"({duration(r.run['wall_s'])} wall).")
     doc.h(3, "Score", anchor=f"{key}-score")
-    doc.facts(a["final_score"])
+    final = a["final_score"]
+    doc.facts(final, cols=[c for c in final.cols if c in SCORE_FACTS or strict_differs(final.one())])
+    if strict_differs(final.one()):
+        f = final.one()
+        doc.p(f"Main ships files that change the hidden tests' runner ({f['final_runner_files']}): the final score "
+              f"is ProgramBench's official one, which counts what they made the tests report; without them main "
+              f"scores {strict_pct(f)}.", note=True)
     doc.answer(a["score_milestones"], f"{d}/score_milestones.csv", cols=["milestone", "time_to_s", "passed", "total"],
                empty="no milestones")
     doc.h(3, "Pull requests", anchor=f"{key}-prs")

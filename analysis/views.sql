@@ -101,8 +101,8 @@ UNION ALL
 (SELECT DISTINCT ON (event_id, worker_id) * FROM deliveries_rows WHERE event_id <> '' ORDER BY event_id, worker_id, ts);
 
 CREATE OR REPLACE VIEW scores_rows AS
-SELECT run_id, ts, worker_id, event_id, schema_version, checkpoint, commit, passed, total, pass_rate, schedule_s, not_run, error_code, eval_json FROM (
-    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS checkpoint, CAST(NULL AS VARCHAR) AS commit, CAST(NULL AS BIGINT) AS passed, CAST(NULL AS BIGINT) AS total, CAST(NULL AS DOUBLE) AS pass_rate, CAST(NULL AS DOUBLE) AS schedule_s, CAST(NULL AS BIGINT) AS not_run, CAST(NULL AS VARCHAR) AS error_code, CAST(NULL AS VARCHAR) AS eval_json WHERE false
+SELECT run_id, ts, worker_id, event_id, schema_version, checkpoint, commit, passed, total, pass_rate, schedule_s, not_run, error_code, eval_json, runner_files, strict_pass_rate, strict_passed, strict_eval_json FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS checkpoint, CAST(NULL AS VARCHAR) AS commit, CAST(NULL AS BIGINT) AS passed, CAST(NULL AS BIGINT) AS total, CAST(NULL AS DOUBLE) AS pass_rate, CAST(NULL AS DOUBLE) AS schedule_s, CAST(NULL AS BIGINT) AS not_run, CAST(NULL AS VARCHAR) AS error_code, CAST(NULL AS VARCHAR) AS eval_json, CAST(NULL AS VARCHAR) AS runner_files, CAST(NULL AS DOUBLE) AS strict_pass_rate, CAST(NULL AS BIGINT) AS strict_passed, CAST(NULL AS VARCHAR) AS strict_eval_json WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/scores/*.parquet', union_by_name = true)
 );

@@ -195,6 +195,9 @@ def test_checkpoints_write_eval_json_trace_rows_and_a_submission_the_leaderboard
                        "ORDER BY ts").fetchall()
     assert rows == [("periodic", 0, final.total, 0.0, "checkpoints/01-periodic.eval.json", True),
                     ("final", final.passed, final.total, final.score, "checkpoints/02-final.eval.json", True)]
+    # nothing on main changes the test runner: no strict evaluation ran (no strict eval.json above), strict = official
+    assert con.execute("SELECT runner_files, strict_pass_rate, strict_passed, strict_eval_json FROM scores "
+                       "ORDER BY ts").fetchall() == [("", 0.0, 0, None), ("", final.score, final.passed, None)]
     # "which tests flipped when" is SQL
     flipped = con.execute("""
         SELECT count(*) FROM test_results a JOIN test_results b USING (branch, test)

@@ -28,6 +28,20 @@ def reported_cost(st: dict) -> float | None:
     return None if cost == 0 and st.get("reported_tokens") else cost  # tokens but no price (Copilot CLI)
 
 
+def score_text(last) -> str:
+    """The progress line's score: the last checkpoint's official score; when main ships files that change the
+    test runner and its strict score differs (or is unknown), that too, and which files."""
+    if last is None:
+        return "-"
+    text = f"{last.score:.0%}"
+    files = getattr(last, "runner_files", None) or []
+    if files and last.strict_score != last.score:
+        strict = "unknown" if last.strict_score is None else f"{last.strict_score:.0%}"
+        shown = ", ".join(files[:3]) + (f" +{len(files) - 3} more" if len(files) > 3 else "")
+        text += f" (strict {strict} without the test-runner files main ships: {shown})"
+    return text
+
+
 QUEUED_AFTER_S = 30.0
 """A host away longer than this, with fewer agent slots free than it needs, is said to be queued."""
 
@@ -122,7 +136,7 @@ class Health:
         away = self.watch.away()
         actors = (f" | {self.watch.restarts} actors restarted" if self.watch.restarts else "") + (
             f" | away: {', '.join(away)}{self._queued(away)}" if away else "")
-        score = f"{self.last_score:.0%}" if self.last_score is not None else "-"
+        score = score_text(getattr(self, "checkpoints", None) and self.checkpoints.last)
         self._open_prs = self._prs_open
         self._board_total = sum(self._types.values())
         self._forge_events = self._forge_cursor

@@ -12,6 +12,19 @@ from collections import Counter
 from agensh_ray.actors.supervise import call
 
 
+def strict_lines(s: dict) -> list[str]:
+    """The closing lines' strict score, only when main ships files that change the test runner and the strict
+    score differs from the official one (or is unknown): nothing otherwise."""
+    files = s.get("runner_files") or []
+    if not files or s.get("strict_score") == s.get("score"):
+        return []
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    strict = ("unknown (its evaluation did not finish)" if s.get("strict_score") is None else
+              f"{s['strict_score']:.1%} of hidden tests ({s.get('strict_tests_passed')}/{s['tests_total']})")
+    return [f"  strict score   {strict} without the files main ships that change the test runner ({shown}); "
+            "the score above counts what they made the tests report"]
+
+
 class Summary:
     def _summary(self) -> dict:
         prs = call("forge", lambda: self.forge.pr_list.remote("all"))
@@ -49,6 +62,11 @@ class Summary:
             "tests_total": res.total,
             "tests_not_run": res.not_run,
             "score_error": res.error_code,
+            # ProgramBench's score counts files main ships that change its test runner (a conftest.py, ...);
+            # the strict score is main's without them (equal to the score when there are none; null: unknown)
+            "runner_files": res.runner_files,
+            "strict_score": res.strict_score,
+            "strict_tests_passed": res.strict_passed,
             "checkpoints": self.checkpoints.seq,
             "run_dir": str(self.run_dir),
         }
@@ -74,6 +92,7 @@ class Summary:
                f"{s['turn_errors']} turn errors in all"] if s.get("model") or s.get("model_errors") else []),
             f"  score          {s['score']:.1%} of hidden tests ({s['tests_passed']}/{s['tests_total']}), ProgramBench's "
             f"score; {s.get('checkpoints', 0)} checkpoints in checkpoints/",
+            *strict_lines(s),
             f"  run folder     {s['run_dir']}",
             *([f"  object store   {st['pending']} files not shipped ({st['error']}): they are in {s['staging_dir']}"
                if st["pending"] else f"  object store   everything shipped ({st['outages']} outages, {st['outage_s']} s "

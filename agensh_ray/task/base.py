@@ -97,9 +97,12 @@ class Task:
         """Raise TaskUnavailable naming what this machine lacks to run and score the task."""
 
     def evaluate(self, submission: Path, scratch: Path | None = None,
-                 cancel: threading.Event | None = None) -> EvaluationResult:
+                 cancel: threading.Event | None = None, strict: bool = False) -> EvaluationResult:
         """ProgramBench's evaluation of a submission (folder or archive with a compile.sh). `cancel` set while it
-        runs: it stops as soon as it can, with a result nobody should use (where the backend supports it)."""
+        runs: it stops as soon as it can, with a result nobody should use (where the backend supports it).
+        Its log's `runner_files` step lists what the built tree holds that changes the test runner (where the
+        backend looks: the bubblewrap one does); `strict`: the same evaluation with those removed after the
+        build (agensh_ray/task/evaluate.py)."""
         raise NotImplementedError
 
     def summarize(self, result: EvaluationResult) -> ScoreSummary:

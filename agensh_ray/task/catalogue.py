@@ -145,9 +145,10 @@ class CatalogueTask(Task):
         return dest
 
     def evaluate(self, submission: Path, scratch: Path | None = None,
-                 cancel: threading.Event | None = None) -> EvaluationResult:
+                 cancel: threading.Event | None = None, strict: bool = False) -> EvaluationResult:
         """The package's own Docker evaluation, called as `programbench eval` calls it (runs to its end even when
-        cancelled: the containers are the package's)."""
+        cancelled: the containers are the package's). Its containers are not looked into for files that change
+        the test runner (no `runner_files` step: the strict score is unknown, `strict` has no effect)."""
         self.check_available()
         from programbench.utils.blob_store import get_blob_dir
 

@@ -10,6 +10,13 @@ submission (`git archive`, what ProgramBench's submission.tar.gz holds), scores 
 * for the final checkpoint, `<run>/checkpoints/submission.tar.gz`: main at the deadline, what
   `python -m agensh_ray.submit` packs.
 
+The official score is ProgramBench's, whatever main holds; but ProgramBench runs the hidden tests with
+what the submission leaves in the workspace, so a `conftest.py` on main can make every test pass. The
+evaluation's `runner_files` step lists such files (agensh_ray/task/runner_files.py); when it found any,
+the checkpoint also scores main strictly (the same evaluation with them removed after the build,
+`<run>/checkpoints/<NN>-<label>.strict.eval.json`) and its `scores` row has both scores and the files.
+When it found none, the strict score is the official one and nothing more runs.
+
 `start` runs a checkpoint in a thread (the driver keeps printing progress meanwhile); one at a
 time: a checkpoint due while one runs is skipped, the final one waits for it. A background
 checkpoint runs at a lower CPU priority (`background_nice`, 10 by default): on Linux a thread's
@@ -50,7 +57,7 @@ from programbench.eval.eval import EvaluationResult
 from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
 from agensh_ray.task.base import Task
-from agensh_ray.task.evaluate import ScoreSummary
+from agensh_ray.task.evaluate import ScoreSummary, found_runner_files, runner_files_checked, with_strict
 from agensh_ray.trace import ScoreRow, TestResultRow, TraceWriter
 
 log = logging.getLogger("agensh.checkpoint")
@@ -107,6 +114,7 @@ class Checkpoints:
         """Background checkpoints cancelled for the final one (main had moved on)."""
         self._last_commit: str | None = None
         self._last_eval: Path | None = None
+        self._last_strict: Path | None = None
         self._running_commit: str | None = None
         self._cancel = threading.Event()
         self._lock = threading.Lock()
@@ -193,17 +201,20 @@ class Checkpoints:
                cancel: threading.Event | None) -> ScoreSummary | None:
         self.dir.mkdir(parents=True, exist_ok=True)
         reuse = self._last_eval if commit == self._last_commit and self._last_eval is not None else None
+        strict_result: EvaluationResult | None = None
         with tempfile.TemporaryDirectory(prefix="agensh-ckpt-") as tmp:
             archive = Path(tmp) / "submission.tar.gz"
             if label == "final" or reuse is None:
                 _git(["-C", str(repo), "archive", "--format=tar.gz", "-o", str(archive), "HEAD"])
             if reuse is None:
-                try:
-                    result = self.task.evaluate(archive, cancel=cancel)
-                except Exception:
-                    if cancel is None or not cancel.is_set():
-                        raise
-                    # its sandboxes were killed: the Evaluator may stop on the first refused step
+                result = self._evaluate(archive, cancel)
+                if result is not None and found_runner_files(result):
+                    # main ships files that change the test runner: score it without them too (a failure of
+                    # that leaves the strict score unknown, the official one stands)
+                    try:
+                        strict_result = self._evaluate(archive, cancel, strict=True)
+                    except Exception:
+                        log.exception("checkpoint %s: the strict evaluation of %s failed", label, commit)
                 if cancel is not None and cancel.is_set():
                     self.cancelled += 1
                     log.info("checkpoint %s of %s cancelled: main moved on and the final one is due", label, commit)
@@ -211,22 +222,40 @@ class Checkpoints:
                 self.eval_s.append(time.time() - t0)
             self.seq += 1
             name = f"{self.seq:02d}-{label}.eval.json"
+            strict_name = f"{self.seq:02d}-{label}.strict.eval.json"
             if reuse is None:
                 (self.dir / name).write_text(result.model_dump_json(indent=2))
+                if strict_result is not None:
+                    (self.dir / strict_name).write_text(strict_result.model_dump_json(indent=2))
                 # a result that a retry could change (a branch that errored, a step other than the build
-                # failing) is not repeated
-                clean = result.error_code in (None, "compile_failed") and not result.test_branch_errors
-                self._last_commit, self._last_eval = (commit, self.dir / name) if clean else (None, None)
+                # failing) is not repeated, nor one whose strict evaluation is missing
+                clean = all(r.error_code in (None, "compile_failed") and not r.test_branch_errors
+                            for r in (result, strict_result) if r is not None) and (
+                    strict_result is not None or not found_runner_files(result))
+                self._last_commit, self._last_eval, self._last_strict = (
+                    (commit, self.dir / name, self.dir / strict_name if strict_result is not None else None)
+                    if clean else (None, None, None))
             else:
                 result = self._repeat(reuse, self.dir / name, commit)
+                if self._last_strict is not None:
+                    strict_result = self._repeat(self._last_strict, self.dir / strict_name, commit, count=False)
             if label == "final":
                 shutil.copyfile(archive, self.dir / FINAL_SUBMISSION)
-        summary = self.task.summarize(result)
+        files = found_runner_files(result)
+        summary = with_strict(self.task.summarize(result), self.task.summarize(strict_result)
+                              if strict_result is not None else None, files, runner_files_checked(result))
+        if files:
+            log.warning("checkpoint %s: main ships files that change the test runner (%s): official score %.3f, "
+                        "strict %s", label, ", ".join(files), summary.score,
+                        "unknown" if summary.strict_score is None else f"{summary.strict_score:.3f}")
         event = f"checkpoint:{self.seq}"
         self.trace.write(ScoreRow(checkpoint=label, commit=commit, passed=summary.passed, total=summary.total,
                                   pass_rate=summary.score, schedule_s=round(schedule_s, 3),
                                   not_run=summary.not_run, error_code=summary.error_code,
-                                  eval_json=f"checkpoints/{name}", event_id=event))
+                                  eval_json=f"checkpoints/{name}", strict_pass_rate=summary.strict_score,
+                                  strict_passed=summary.strict_passed, runner_files=", ".join(files),
+                                  strict_eval_json=f"checkpoints/{strict_name}" if strict_result is not None
+                                  else None, event_id=event))
         active = set(get_active_branches(self.task.instance))
         ignored = get_ignored_tests(self.task.instance)
         for t in result.test_results:
@@ -237,7 +266,20 @@ class Checkpoints:
         self.last = summary
         return summary
 
-    def _repeat(self, earlier: Path, dest: Path, commit: str) -> EvaluationResult:
+    def _evaluate(self, archive: Path, cancel: threading.Event | None, strict: bool = False
+                  ) -> EvaluationResult | None:
+        """The task's evaluation; None when cancelled (its sandboxes were killed: the Evaluator may stop on the
+        first refused step)."""
+        if cancel is not None and cancel.is_set():
+            return None
+        try:
+            return self.task.evaluate(archive, cancel=cancel, strict=strict)
+        except Exception:
+            if cancel is None or not cancel.is_set():
+                raise
+            return None
+
+    def _repeat(self, earlier: Path, dest: Path, commit: str, count: bool = True) -> EvaluationResult:
         """The result of `earlier` (main's same commit), written to `dest` with a `reused` step in its log."""
         data = json.loads(earlier.read_text())
         data.setdefault("log", []).append({
@@ -245,5 +287,5 @@ class Checkpoints:
             "output": f"main unchanged since checkpoint {earlier.name} (commit {commit}): its result, not evaluated "
                       "again"})
         dest.write_text(json.dumps(data, indent=2))
-        self.reused += 1
+        self.reused += count
         return EvaluationResult.model_validate(data)

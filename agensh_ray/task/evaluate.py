@@ -10,11 +10,19 @@ two methods that name Docker are replaced, as upstream's later pluggable backend
 
 The score is the leaderboard's: `programbench.submission.score_instance` over the written
 EvaluationResult (active branches, ignored tests struck).
+
+One step is ours, after the build (ProgramBench runs the tests the way the submission leaves the
+workspace, so a `conftest.py` on main can make every test pass): `runner_files` lists what the built
+environment holds that changes the test runner (agensh_ray/task/runner_files.py), in the result's log,
+so the official result records it and stays as it is. With `strict=True` the same Evaluator also
+removes those files inside the sandbox before the built image is committed: the strict score is the
+official score of the submission without them (the build itself is the submission's, unchanged).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import stat
@@ -32,7 +40,12 @@ from programbench.utils.load_data import get_active_branches, get_ignored_branch
 from pydantic import BaseModel
 
 from agensh_ray.errors import SubmissionError
+from agensh_ray.task import runner_files
 from agensh_ray.task.sandbox import WORKSPACE, BwrapBackend
+
+RUNNER_FILES_STEP = "runner_files"
+"""The log step listing what the build left that changes the test runner (our step, after the build)."""
+NEUTRALISE_STEP = "neutralise_runner_files"
 
 
 class ScoreSummary(BaseModel):
@@ -47,14 +60,43 @@ class ScoreSummary(BaseModel):
     """Active tests that did not run (missing from the JUnit XML, a failed build or branch): they count as failed."""
     error_code: str | None = None
     """Why the whole evaluation failed (e.g. compile_failed), else None."""
+    runner_files: list[str] = []
+    """What the scored tree (after its build) holds that changes the test runner: `conftest.py`, ...
+    (agensh_ray/task/runner_files.py). Empty: nothing, and the strict score is the official one."""
+    strict_score: float | None = None
+    """The official score of the submission without those files (the same evaluation with them removed after
+    the build); equal to `score` when there are none; None when not known (a strict evaluation not run)."""
+    strict_passed: int | None = None
 
 
 class LocalEvaluator(Evaluator):
     """ProgramBench's Evaluator over bubblewrap environments instead of Docker containers."""
 
-    def __init__(self, *, backend: BwrapBackend, **kwargs):
+    def __init__(self, *, backend: BwrapBackend, strict: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.backend = backend
+        self.strict = strict
+
+    def _compile_executable(self, env, log_buf: list[dict]) -> None:
+        # The package's steps, then ours: what the built environment holds that changes the test runner
+        # (read on the host: the sandbox has exited, nothing in it runs); in strict mode it is removed inside
+        # the sandbox, and looked for again, before the Evaluator commits the built image.
+        super()._compile_executable(env, log_buf)
+        t0 = time.monotonic()
+        found = runner_files.scan(env.root)
+        log_buf.append({"step": RUNNER_FILES_STEP, "command": "", "wall_time": time.monotonic() - t0,
+                        "output": json.dumps([f.as_dict() for f in found]), "returncode": 0, "exception_info": ""})
+        if self.strict and found:
+            # sh -c, not the Evaluator's `bash -lc`: HOME's login files may be among what it removes
+            t0 = time.monotonic()
+            rc, out, err = env._run(runner_files.removal_argv(found), timeout=300)
+            log_buf.append({"step": NEUTRALISE_STEP, "command": runner_files.removal_command(found),
+                            "wall_time": time.monotonic() - t0, "output": runner_files.shown(out + err),
+                            "returncode": rc, "exception_info": ""})
+            left = runner_files.scan(env.root)
+            if rc != 0 or left:
+                raise EvalStepError(f"{NEUTRALISE_STEP}_failed",
+                                    ", ".join(f.path for f in left) or runner_files.shown(out + err))
 
     def _new_env(self, image: str, *, serial_pytest: bool = False):
         # As Evaluator._new_env (programbench 1.2.5), with the environment from our backend.
@@ -146,11 +188,13 @@ def _zip_to_tar(src: Path, dest: Path) -> None:
 
 def evaluate(instance: dict, submission: Path, blob_dir: Path, *, remove_hashes: list[str] | None = None,
              scratch: Path | None = None, branch_workers: int | None = None,
-             hide: list[str] | None = None, cancel: threading.Event | None = None) -> EvaluationResult:
+             hide: list[str] | None = None, cancel: threading.Event | None = None,
+             strict: bool = False) -> EvaluationResult:
     """Run ProgramBench's evaluation of `submission` for `instance` (a dict as
     `programbench.utils.load_data` loads it) in bubblewrap sandboxes. `blob_dir/tests/<branch>.tar.gz`
     holds each branch's tests, as in ProgramBench's blob store; `hide`: host paths the sandbox masks;
-    `cancel` set: the sandboxes are killed and the result (then meaningless) comes back at once."""
+    `cancel` set: the sandboxes are killed and the result (then meaningless) comes back at once;
+    `strict`: the files that change the test runner are removed after the build (module doc)."""
     branches = get_active_branches(instance)
     data = instance.get("branches") or {}
     backend = BwrapBackend(scratch, hide=hide, cancel=cancel)
@@ -158,6 +202,7 @@ def evaluate(instance: dict, submission: Path, blob_dir: Path, *, remove_hashes:
         archive = submission_archive(submission, backend.base)
         evaluator = LocalEvaluator(
             backend=backend,
+            strict=strict,
             image_name=f"local/{instance['instance_id']}",
             solution_branch="submission",
             submission_archive=archive,
@@ -173,6 +218,36 @@ def evaluate(instance: dict, submission: Path, blob_dir: Path, *, remove_hashes:
         return evaluator.run()
     finally:
         backend.close()
+
+
+def found_runner_files(result: EvaluationResult) -> list[str]:
+    """The paths the `runner_files` step of an evaluation found (none when it has no such step: a build that
+    failed, or an evaluation not made by LocalEvaluator)."""
+    out: list[str] = []
+    for entry in result.log:
+        if entry.get("step") == RUNNER_FILES_STEP:
+            try:
+                out += [f["path"] for f in json.loads(entry.get("output") or "[]")]
+            except (ValueError, TypeError, KeyError):
+                out.append("(unreadable runner_files step)")
+    return list(dict.fromkeys(out))
+
+
+def runner_files_checked(result: EvaluationResult) -> bool:
+    """Whether the evaluation looked for files that change the test runner (its `runner_files` step ran), or
+    had nothing to look at (the build failed: no test ran, the strict score can only be the official one)."""
+    return result.error_code is not None or any(e.get("step") == RUNNER_FILES_STEP for e in result.log)
+
+
+def with_strict(official: ScoreSummary, strict: ScoreSummary | None, files: list[str],
+                checked: bool = True) -> ScoreSummary:
+    """The official summary with the strict score beside it: `strict`'s when there is one; the official one's
+    when nothing was found; None (unknown) when nobody looked (`checked` False: a Docker evaluation)."""
+    if not files:
+        return official.model_copy(update={"runner_files": [], "strict_score": official.score if checked else None,
+                                           "strict_passed": official.passed if checked else None})
+    return official.model_copy(update={"runner_files": files, "strict_score": strict.score if strict else None,
+                                       "strict_passed": strict.passed if strict else None})
 
 
 def summarize(result: EvaluationResult, instance: dict) -> ScoreSummary:

@@ -166,14 +166,14 @@ class LocalTask(Task):
 
     # -- scoring -------------------------------------------------------------------------------
     def evaluate(self, submission: Path, scratch: Path | None = None,
-                 cancel: threading.Event | None = None) -> EvaluationResult:
+                 cancel: threading.Event | None = None, strict: bool = False) -> EvaluationResult:
         # A byte copy of the reference in a submission is removed before compiling, as ProgramBench
         # removes the gold executable by its hash (eval_clean_hashes).
         extra = [self._reference_hash] if self._reference_hash else []
         with tempfile.TemporaryDirectory(prefix="agensh-blobs-", dir=scratch) as blobs:
             self.pack_tests(Path(blobs))
             return evaluate(self.instance, Path(submission), Path(blobs), remove_hashes=extra, scratch=scratch,
-                            hide=self.spec.hide, cancel=cancel)
+                            hide=self.spec.hide, cancel=cancel, strict=strict)
 
     def pack_tests(self, blob_dir: Path) -> None:
         """Each branch's tests as ProgramBench's blob store has them: blob_dir/tests/<branch>.tar.gz."""

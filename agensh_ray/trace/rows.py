@@ -19,11 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agensh_ray.models import now_us
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there).
 3: the llm_calls and test_results tables added (older runs have none); scores gains the checkpoint's schedule time, not_run, error_code and eval_json (ProgramBench scoring).
 4: turns.model, the model the agent was told to use (older files read with null there).
-5: lifecycle.node, the Ray node of the actor or host (older files read with null there)."""
+5: lifecycle.node, the Ray node of the actor or host (older files read with null there).
+6: scores gains runner_files, strict_pass_rate, strict_passed and strict_eval_json: what main ships that
+changes the test runner and its score without them (older files read with null there)."""
 
 
 class TraceRow(BaseModel):
@@ -186,6 +188,19 @@ class ScoreRow(TraceRow):
     """Why the evaluation as a whole failed (e.g. compile_failed), else null."""
     eval_json: str | None = None
     """The checkpoint's EvaluationResult (ProgramBench's eval.json), relative to the run folder."""
+    runner_files: str | None = None
+    """What main (after its build) holds that changes the hidden tests' runner, comma-separated: a `conftest.py`
+    pytest loads, pytest settings, a module shadowing one pytest imports, files in the tests' folder, ...
+    (agensh_ray/task/runner_files.py). Empty: none, and strict_pass_rate is pass_rate."""
+    strict_pass_rate: float | None = None
+    """The score without those files (the same evaluation with them removed after the build): what the team's
+    program earned. pass_rate, the official score, counts them; the two differ when the runner files changed
+    the outcome. Null when unknown (older traces)."""
+    strict_passed: int | None = None
+    """Active hidden tests passed in the strict evaluation."""
+    strict_eval_json: str | None = None
+    """The strict evaluation's EvaluationResult, relative to the run folder (null when runner_files is empty:
+    none was run)."""
 
 
 class TestResultRow(TraceRow):
