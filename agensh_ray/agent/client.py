@@ -181,6 +181,8 @@ class WorkdirClient(NoExtensions):
         """Applied to what reaches the observer (tool titles can hold a command line)."""
         self.files_written: list[Path] = []
         """Files the agent wrote through fs/write_text_file (Claude Code edits this way)."""
+        self.full: Callable[[], str | None] = lambda: None
+        """Why the worker may not write now (over its disk limit: agent/limits.py), or None."""
         self._terminals: dict[str, _Terminal] = {}
         self._next_terminal = 0
         self._text: list[str] = []
@@ -272,6 +274,9 @@ class WorkdirClient(NoExtensions):
 
     async def write_text_file(self, content, path, session_id, **kwargs):
         p = self._confine(path, "fs/write_text_file")
+        if (full := self.full()) is not None:
+            self.observer.on_refused(f"fs/write_text_file {path}", full)
+            raise RequestError(REFUSED, full, {"path": path, "reason": full})
         refuse_execute_only(p, path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(content, encoding="utf-8")
@@ -360,6 +365,13 @@ class WorkdirClient(NoExtensions):
         if term is not None and term.proc.returncode is None:
             kill_group(term.proc, signal.SIGKILL)
         return ReleaseTerminalResponse()
+
+    def kill_terminals(self) -> int:
+        """Kill the terminals still running (their output stays readable): how many."""
+        running = [t for t in self._terminals.values() if t.proc.returncode is None]
+        for t in running:
+            kill_group(t.proc, signal.SIGKILL)
+        return len(running)
 
     async def close_terminals(self) -> None:
         for tid in list(self._terminals):
