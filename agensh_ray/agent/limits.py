@@ -508,6 +508,8 @@ def disk_usage(roots: list[Path], max_entries: int) -> Usage:
 ASSUMED_WRITE_BPS = 200 << 20
 """How fast a worker is assumed to fill its disk: the watcher looks again before the headroom could be gone."""
 MIN_CHECK_S = 0.2
+MAX_WALK_SHARE = 20
+"""A worker's walk repeats no sooner than this many times its own duration (at most 5% of a core each)."""
 
 
 class DiskWatch:
@@ -531,11 +533,15 @@ class DiskWatch:
 
     def measure(self, now: float) -> str | None:
         """Measure (blocking: run it in a thread); a message when the turn must stop, else None."""
+        t0 = time.monotonic()
         u = disk_usage(self.roots, self.cfg.disk_max_entries)
+        took = time.monotonic() - t0
         self.last = u
         self.peak = max(self.peak, u.bytes)
         headroom = self.limit - u.bytes
-        self.next_at = now + max(MIN_CHECK_S, min(self.cfg.disk_check_s, headroom / ASSUMED_WRITE_BPS))
+        # sooner as the headroom shrinks; never more than 1/MAX_WALK_SHARE of a core on one worker's walks
+        self.next_at = now + max(MIN_CHECK_S, min(self.cfg.disk_check_s, headroom / ASSUMED_WRITE_BPS),
+                                 took * MAX_WALK_SHARE)
         if u.complete and headroom > 0:
             self.over, self._stopped_at = None, 0
             return None

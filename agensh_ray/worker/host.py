@@ -258,7 +258,7 @@ class WorkerHost:
             if w.stopped or w.session is None:
                 continue
             process = w.session.process
-            if process is not None and id(process) not in seen:
+            if process is not None and process.alive and id(process) not in seen:  # a dead one: `crashed` says
                 seen.add(id(process))
                 events = process.limit_events()
                 # the shared sim process serves every worker of the host: each is told

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5
 """Agent crashes a worker survives; after that it stops (a `gave_up` lifecycle row)."""
+KILLED_AT_LIMIT = "agent killed: "
+"""How the reason of an agent death a resource limit caused starts (agent/session.py)."""
 HOST_KINDS = TurnClock.HOST_KINDS
 """Prompts the host makes itself (nudge, share_findings, wind_down, handoff)."""
 WAKE_KINDS = {"dm", "forge", *HOST_KINDS}
@@ -323,6 +325,10 @@ class Worker:
         self.handoff = not loaded
         self.lifecycle("restarted", "session loaded" if loaded else "new session with hand-off summary")
         text = prompts.resume() if loaded else await handoff_summary(self.id, host.services)
+        if why.startswith(KILLED_AT_LIMIT):  # a limit of its sandbox killed it (agent/limits.py): it is told which
+            cause = why[len(KILLED_AT_LIMIT):].split(";")[0]
+            text = prompts.limit(f"{cause}; the kernel killed your previous agent process. Run fewer or smaller "
+                                 "things at once.") + "\n\n" + text
         host.push(self, "handoff", text, "low")
 
     def stop(self) -> None:
