@@ -248,6 +248,53 @@ def test_disk_usage_follows_no_link_and_counts_a_hard_link_once(tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "c").write_bytes(b"y" * MIB)
+    (sub / "loop").symlink_to("..")
     u = limits.disk_usage([tmp_path], 1000)
     assert u.complete and 2 * MIB <= u.bytes < 3 * MIB, u
     assert not limits.disk_usage([tmp_path], 2).complete
+    # Past PATH_MAX: still counted (each folder opened from its parent's fd), or refused when deeper than the bound.
+    deep = os.open(sub, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(300):  # 300 levels of 20 characters: a 6,000-character path
+            os.mkdir("d" * 20, dir_fd=deep)
+            nxt = os.open("d" * 20, os.O_RDONLY | os.O_DIRECTORY, dir_fd=deep)
+            os.close(deep)
+            deep = nxt
+        f = os.open("hidden", os.O_WRONLY | os.O_CREAT, dir_fd=deep)
+        os.write(f, b"z" * MIB)
+        os.close(f)
+    finally:
+        os.close(deep)
+    u = limits.disk_usage([tmp_path], 1000)
+    assert u.complete and u.bytes >= 3 * MIB, u
+    u = limits.disk_usage([tmp_path], 1000, max_depth=100)
+    assert not u.complete and "deeper than 100" in u.why, u
+
+
+async def test_without_cgroups_the_rlimits_hold_for_the_agent_and_its_terminals(tmp_path, git_env):
+    """The documented fallback (a machine without cgroups): RLIMIT_DATA bounds each process's memory (a 1 GiB
+    allocation fails in the agent, which lives on), RLIMIT_FSIZE each file; a terminal takes the same limits."""
+    lim = LimitsConfig(memory_mib=256, disk_mib=50, cgroups=False)
+    turn = [
+        Step(do="exec", text="result = len(b'x' * (1 << 30))"),
+        sh("ulimit -d; ulimit -f"),
+        Step(do="terminal", text="python3 -c 'import resource as r; print(r.getrlimit(r.RLIMIT_DATA)[0] // 1024, "
+                                 "r.getrlimit(r.RLIMIT_FSIZE)[0] // 512)'"),
+        sh("echo alive"),
+    ]
+    run_dir, services, host, _ = start(tmp_path, ["w001"], [turn], lim, {})
+    w1 = host.workers["w001"]
+    await host.start()
+    try:
+        await host.launch("w001")
+        await await_for(lambda: w1.turns_finished >= 1, 120, "the turn to end")
+    finally:
+        await host.stop()
+        services.close()
+    got = results(host, "w001", 0)
+    assert not got[0]["ok"] and "MemoryError" in out(got[0]), got[0]
+    expected = [str(256 * 1024), str(50 * MIB // 512)]  # KiB; 512-byte blocks
+    assert out(got[1]).split() == expected and out(got[2]).split() == expected, (got[1], got[2])
+    assert out(got[3]).strip() == "alive" and not w1.crashed
+    started = next(r for r in lifecycle(run_dir) if r["event"] == "started")
+    assert "rlimits (cgroups off" in started["detail"], started

@@ -461,47 +461,75 @@ class Usage:
     bytes: int
     entries: int
     complete: bool
-    """False: the walk stopped at its bound of entries (the usage is at least `bytes`)."""
+    """False: the walk gave up (the usage is at least `bytes`): counted as over the limit."""
+    why: str = ""
+    """Why it gave up."""
 
 
-def disk_usage(roots: list[Path], max_entries: int) -> Usage:
-    """Bytes allocated under `roots`: a walk that follows no link, stays on each root's file system, counts a
-    hard-linked file once, and stops after `max_entries` entries."""
+MAX_DEPTH = 512
+"""The disk walk keeps a folder fd open per level: deeper than this counts as over the limit."""
+
+
+def disk_usage(roots: list[Path], max_entries: int, max_depth: int = MAX_DEPTH) -> Usage:
+    """Bytes allocated under `roots`: a walk from directory fds (each folder opened O_NOFOLLOW relative to its
+    parent's fd: no link is followed, no path is long, a folder swapped for a link meanwhile is not entered)
+    that stays on each root's file system, counts a hard-linked file once, and gives up (incomplete, saying
+    why) after `max_entries` entries, below `max_depth` folders, or at a folder it cannot read."""
     total, entries, seen = 0, 0, set()
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     for root in roots:
         try:
-            st = os.lstat(root)
+            fd = os.open(root, flags)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue
+        st = os.fstat(fd)
         dev = st.st_dev
         total += st.st_blocks * 512
-        stack = [str(root)]
-        while stack:
-            d = stack.pop()
-            try:
-                it = os.scandir(d)
-            except OSError:
-                continue
-            with it:
-                for e in it:
-                    entries += 1
-                    if entries > max_entries:
-                        return Usage(total, entries, False)
-                    try:
-                        s = e.stat(follow_symlinks=False)
-                    except OSError:
+        stack: list[tuple[int, object]] = []
+        try:
+            stack.append((fd, os.scandir(fd)))
+            while stack:
+                dfd, it = stack[-1]
+                e = next(it, None)
+                if e is None:
+                    it.close()
+                    os.close(stack.pop()[0])
+                    continue
+                entries += 1
+                if entries > max_entries:
+                    return Usage(total, entries, False, f"more than {max_entries:,} files and folders")
+                try:
+                    s = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if s.st_dev != dev:
+                    continue
+                if s.st_nlink > 1 and not stat.S_ISDIR(s.st_mode):
+                    if (s.st_dev, s.st_ino) in seen:
                         continue
-                    if s.st_dev != dev:
-                        continue
-                    if s.st_nlink > 1 and not stat.S_ISDIR(s.st_mode):
-                        if (s.st_dev, s.st_ino) in seen:
-                            continue
-                        seen.add((s.st_dev, s.st_ino))
-                    total += s.st_blocks * 512
-                    if stat.S_ISDIR(s.st_mode):
-                        stack.append(e.path)
+                    seen.add((s.st_dev, s.st_ino))
+                total += s.st_blocks * 512
+                if not stat.S_ISDIR(s.st_mode):
+                    continue
+                if len(stack) >= max_depth:
+                    return Usage(total, entries, False, f"folders nested deeper than {max_depth}")
+                try:
+                    cfd = os.open(e.name, flags, dir_fd=dfd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # gone, or swapped for something else meanwhile
+                except OSError as exc:
+                    if exc.errno == errno.ELOOP:
+                        continue  # swapped for a link meanwhile: not followed
+                    return Usage(total, entries, False, f"a folder the host cannot read ({exc.strerror})")
+                try:
+                    stack.append((cfd, os.scandir(cfd)))
+                except OSError as exc:
+                    os.close(cfd)
+                    return Usage(total, entries, False, f"a folder the host cannot read ({exc.strerror})")
+        finally:
+            for dfd, it in stack:
+                it.close()
+                os.close(dfd)
     return Usage(total, entries, True)
 
 
@@ -545,7 +573,7 @@ class DiskWatch:
         if u.complete and headroom > 0:
             self.over, self._stopped_at = None, 0
             return None
-        used = f"{u.bytes / (1 << 20):.0f} MiB" if u.complete else f"more than {self.cfg.disk_max_entries:,} files"
+        used = f"{u.bytes / (1 << 20):.0f} MiB" if u.complete else f"at least {u.bytes / (1 << 20):.0f} MiB and {u.why}"
         self.over = (f"disk limit {self.cfg.disk_mib} MiB reached: your workdir and HOME use {used}. Delete what you "
                      "do not need (build outputs, caches, large files) before you write more; until then writes "
                      "through the editor are refused and a command that writes more is stopped.")
