@@ -146,7 +146,9 @@ class WorkerHost:
         w.launched = True
         w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s(),
                                         board=self.cfg.board_tools)
-        if self.limits is not None and self.limits.disk_mib:
+        if self.limits is not None and self.limits.disk_mib and not self.shared:
+            # not under simulation packing (the shared sim process is our own code, and already sees every
+            # workdir of its host): 1,024 sim workers' walks would cost a core's tenth (0.7 ms each per 5 s)
             w.disk = DiskWatch(self.limits, [w.workdir, w.home])
         kept = self.workdirs.kept(w.workdir)
         resumed = again or kept
