@@ -209,13 +209,18 @@ class Group:
 
     def create(self, memory_b: int | None, pids: int | None, cpu_weight: int | None) -> None:
         """Make the group with its limits (and the run's parent where missing)."""
-        for c, d in self.dirs.items():
-            parent = d.parent
-            if not parent.is_dir():
-                parent.mkdir(exist_ok=True)
-                if self.h.version == 2:
-                    _write(parent / "cgroup.subtree_control", " ".join(f"+{x}" for x in CONTROLLERS))
-            d.mkdir(exist_ok=True)
+        for d in self.folders:
+            for attempt in range(3):  # another host of the node may remove the empty parent meanwhile
+                try:
+                    if not d.parent.is_dir():
+                        d.parent.mkdir(exist_ok=True)
+                        if self.h.version == 2:
+                            _write(d.parent / "cgroup.subtree_control", " ".join(f"+{x}" for x in CONTROLLERS))
+                    d.mkdir(exist_ok=True)
+                    break
+                except FileNotFoundError:
+                    if attempt == 2:
+                        raise
         if self.h.version == 1:
             if memory_b:
                 m = self.dirs["memory"]
