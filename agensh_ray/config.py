@@ -173,6 +173,32 @@ class GatewayConfig(BaseModel):
     """Longest silence of a provider's answer before the call counts as failed."""
 
 
+class LimitsConfig(BaseModel):
+    """Each sandboxed agent's resources (agensh_ray/agent/limits.py says how each is enforced); 0: no limit of
+    that kind. A host's shared sim process gets `memory_mib` and `pids` times the workers it serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_mib: int = Field(2048, ge=0)
+    """Memory of the whole sandbox (the agent, its commands, its /tmp's pages). Past it the kernel kills a process
+    of that sandbox only (the agent itself, if it is the largest: the host restarts it with a hand-off). A real
+    CLI needs ~300 MiB; the rest is for what it runs (builds, tests)."""
+    pids: int = Field(512, ge=0)
+    """Processes and threads in the sandbox at once (a fork past it fails: EAGAIN)."""
+    cpu_weight: int = Field(100, ge=0, le=10000)
+    """Each sandbox's CPU share under contention, in cgroup v2 units (100: the default; v1 cpu.shares 1024)."""
+    tmp_mib: int = Field(512, ge=0)
+    """Size of the sandbox's private /tmp and of its /var/tmp (each; RAM, counted in `memory_mib`)."""
+    disk_mib: int = Field(8192, ge=0)
+    """The worker's workdir and HOME together; also the largest file any of its processes may write."""
+    disk_check_s: float = Field(5.0, gt=0)
+    """How often the host measures a worker's workdir and HOME at most (wall seconds; sooner near the limit)."""
+    disk_max_entries: int = Field(1_000_000, ge=1)
+    """The measuring walk stops after this many files and folders: more counts as over the limit."""
+    cgroups: bool = True
+    """Use cgroups where the machine has them (off: the rlimit fallback only)."""
+
+
 class SandboxConfig(BaseModel):
     """The bubblewrap sandbox around each worker's agent process and every command it runs
     (agensh_ray/agent/sandbox.py; docs/real-agents.md)."""
@@ -185,6 +211,8 @@ class SandboxConfig(BaseModel):
     unless this is off (`--no-sandbox`)."""
     read_only: list[Path] = Field(default_factory=list)
     """Extra folders every sandbox sees read-only (a dataset, a toolchain outside /usr)."""
+    limits: LimitsConfig | None = Field(default_factory=LimitsConfig)
+    """Per-worker resource limits (None: none, as before issue 27)."""
 
 
 class RunConfig(BaseModel):

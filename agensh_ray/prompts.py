@@ -54,6 +54,11 @@ def refused(what: str, reason: str) -> str:
     return _text("refused").strip().format(what=what, reason=reason)
 
 
+def limit(what: str) -> str:
+    """What an agent reads when a resource limit of its sandbox was reached (agent/limits.py)."""
+    return _text("limit").strip().format(what=what)
+
+
 def task(program: str, reference: str, language: str) -> str:
     """Issue #1 of a task that brings no task.md of its own (a catalogue instance, a generated task)."""
     return _text("task").format(program=program, reference=reference, language=language)

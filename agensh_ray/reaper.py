@@ -19,7 +19,9 @@ stdin. Once the driver is gone (its pid ended, or a zombie), the reaper takes th
 
 stops them all (SIGSTOP, so none forks or restarts another meanwhile), adds their children the same way
 until nothing new appears, then kills them (SIGKILL) and writes what it did to `<run>/logs/reaper.log`.
-Nothing else is ever touched: not other runs, not other Ray instances on the machine.
+Then it removes the run's cgroups the driver named (`agensh-<run id>`, agensh_ray/agent/limits.py): empty
+ones only (the kernel refuses to remove a group that still holds a task), so a group of a process it did not
+kill stays. Nothing else is ever touched: not other runs, not other Ray instances on the machine.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from agensh_ray.agent.limits import PARENT_PREFIX, remove_empty
 
 MARK_ENV = "AGENSH_RUN_MARK"
 SNAPSHOT_S = 1.0
@@ -68,6 +72,14 @@ class Reaper:
         except (BrokenPipeError, ValueError, OSError):  # the reaper is gone: nothing to tell it
             pass
 
+    def cgroups(self, parent: str) -> None:
+        """Also remove the run's empty cgroups under `parent` (agensh_ray/agent/limits.py) once it reaped."""
+        try:
+            self.proc.stdin.write(f"cgroup {parent}\n".encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+
     def marked_env(self) -> dict[str, str]:
         """The variable that marks this run's processes, for the environment Ray's daemons start with."""
         return {MARK_ENV: self.mark}
@@ -98,6 +110,7 @@ class Watch:
         self.driver_pid = driver_pid
         self.mark = mark
         self.paths: list[str] = []
+        self.cgroups: list[str] = []
         self.known: dict[int, float] = {}
         self.me = os.getpid()
         self.say = say
@@ -184,6 +197,8 @@ class Watch:
                 kind, _, value = line.strip().partition(" ")
                 if kind == "path" and value:
                     self.paths.append(value)
+                elif kind == "cgroup" and value and "/" not in value and value.startswith(PARENT_PREFIX):
+                    self.cgroups.append(value)
             eof.set()
 
         threading.Thread(target=read, daemon=True).start()
@@ -197,6 +212,10 @@ class Watch:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.say(f"{stamp} reaper: driver {self.driver_pid} gone; killed {len(killed)} process(es) of its run"
                  + (": " + ", ".join(killed) if killed else ""))
+        for parent in self.cgroups:
+            removed = remove_empty(parent)
+            if removed:
+                self.say(f"{stamp} reaper: removed {len(removed)} empty cgroup(s) of the run under {parent}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,11 @@
-"""Benchmark: what the bubblewrap sandbox costs a worker's agent.
+"""Benchmark: what the bubblewrap sandbox and its resource limits cost a worker's agent.
 
-    python bench/sandbox.py [--runs 5] [--agents sim,copilot] [--terminals 20]
+    python bench/sandbox.py [--runs 5] [--agents sim,copilot] [--terminals 20] [--modes off,on,limits]
 
 For each agent (the built-in `sim`; Copilot CLI against the bundled fake OpenAI endpoint, when
-it is installed) and each mode (sandbox off, on), starts a worker's agent session `--runs`
+it is installed) and each mode (off: no sandbox; on: the sandbox without resource limits; limits:
+the sandbox with the default `LimitsConfig`, agensh_ray/agent/limits.py: its cgroup, a sized /tmp,
+rlimits), starts a worker's agent session `--runs`
 times through a real WorkerHost (in-process services: a real embedded forge, board and chat;
 its MCP tool server), exactly as a run does, and measures:
 
@@ -13,7 +15,9 @@ its MCP tool server), exactly as a run does, and measures:
   the sandbox: the two bwrap processes and the relay included), and sandbox_pss_mib, the part of
   it that is the sandbox's own processes;
 - terminal_ms: a terminal command (`true`) through ACP terminal/create, spawn to exit (with the
-  sandbox it joins the agent's namespaces through enter.py), median of --terminals.
+  sandbox it joins the agent's namespaces through enter.py; with the limits, its cgroups too),
+  median of --terminals;
+- disk_walk_ms: one measurement of the disk watcher (workdir and HOME; limits mode only).
 
 One unmeasured start first fills the machine's shared caches (the first start on a machine does that once).
 Modes alternate run by run so the machine's drift hits both alike. Prints the machine, each run,
@@ -36,9 +40,9 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agensh_ray.agent import sandbox
+from agensh_ray.agent import limits, sandbox
 from agensh_ray.agent.harness import get_harness
-from agensh_ray.config import SandboxConfig
+from agensh_ray.config import LimitsConfig, SandboxConfig
 from agensh_ray.errors import HarnessError
 from agensh_ray.fakes.openai_server import FakeOpenAI
 from agensh_ray.fakes.script import Script
@@ -75,10 +79,17 @@ async def terminal_ms(session, n: int) -> float:
     return statistics.median(times)
 
 
-async def one(agent: str, sandboxed: bool, root: Path, terminals: int) -> dict:
+MODES = {
+    "off": SandboxConfig(enabled=False),
+    "on": SandboxConfig(limits=None),
+    "limits": SandboxConfig(limits=LimitsConfig()),
+}
+
+
+async def one(agent: str, mode: str, root: Path, terminals: int) -> dict:
     run_dir = root / "run"
     services = LocalServices(run_dir, ["w001"])
-    host = services.host(run_dir, ["w001"], harness=agent, sandbox=SandboxConfig(enabled=sandboxed))
+    host = services.host(run_dir, ["w001"], harness=agent, sandbox=MODES[mode])
     await host.start()
     w = host.workers["w001"]
     try:
@@ -89,11 +100,17 @@ async def one(agent: str, sandboxed: bool, root: Path, terminals: int) -> dict:
         await asyncio.sleep(1.0)  # let it settle (a CLI finishes loading after session/new)
         pss, own = tree_pss(session.pid)
         term = await terminal_ms(session, terminals)
+        walk = None
+        if mode == "limits":
+            t0 = time.perf_counter()
+            limits.disk_usage([w.workdir, w.home], LimitsConfig().disk_max_entries)
+            walk = (time.perf_counter() - t0) * 1000
         await session.close()
     finally:
         await host.stop()
         services.close()
-    return {"start_s": start_s, "pss_mib": pss, "sandbox_pss_mib": own, "terminal_ms": term}
+    out = {"start_s": start_s, "pss_mib": pss, "sandbox_pss_mib": own, "terminal_ms": term}
+    return out if walk is None else {**out, "disk_walk_ms": walk}
 
 
 def main() -> None:
@@ -101,11 +118,16 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5, help="starts per agent and mode (the figures are medians)")
     p.add_argument("--agents", default="sim,copilot", help="comma-separated harnesses (copilot: against a fake)")
     p.add_argument("--terminals", type=int, default=20, help="terminal commands timed per start")
+    p.add_argument("--modes", default="off,on,limits",
+                   help="comma-separated: off (no sandbox), on (sandbox, no resource limits), limits (both)")
     a = p.parse_args()
+    modes = [m for m in a.modes.split(",") if m]
+    if not modes or set(modes) - set(MODES):
+        sys.exit(f"bench/sandbox.py: --modes takes {', '.join(MODES)}")
     why = sandbox.unavailable()
     if why:
         sys.exit(f"bench/sandbox.py: cannot sandbox here: {why}")
-    facts = machine_facts(bwrap=os.popen("bwrap --version").read().strip())
+    facts = machine_facts(bwrap=os.popen("bwrap --version").read().strip(), limits=limits.detect()[1])
     print(f"machine: {facts}", flush=True)
     agents = []
     for name in a.agents.split(","):
@@ -122,23 +144,25 @@ def main() -> None:
     try:
         for agent in agents:
             with tempfile.TemporaryDirectory(prefix="agensh-bench-sandbox-") as d:
-                asyncio.run(one(agent, True, Path(d), 1))  # the first start on a machine fills the shared caches
-            got: dict[bool, list[dict]] = {False: [], True: []}
+                asyncio.run(one(agent, "on", Path(d), 1))  # the first start on a machine fills the shared caches
+            got: dict[str, list[dict]] = {m: [] for m in modes}
             for i in range(a.runs):
-                for sandboxed in ((False, True) if i % 2 == 0 else (True, False)):
+                for mode in modes[i % len(modes):] + modes[:i % len(modes)]:  # rotated: drift hits all alike
                     with tempfile.TemporaryDirectory(prefix="agensh-bench-sandbox-") as d:
-                        r = asyncio.run(one(agent, sandboxed, Path(d), a.terminals))
-                    got[sandboxed].append(r)
-                    print(f"{agent} sandbox={'on ' if sandboxed else 'off'} run {i + 1}: start {r['start_s']:.3f} s, "
+                        r = asyncio.run(one(agent, mode, Path(d), a.terminals))
+                    got[mode].append(r)
+                    print(f"{agent} {mode:<6} run {i + 1}: start {r['start_s']:.3f} s, "
                           f"PSS {r['pss_mib']:.1f} MiB (sandbox's own {r['sandbox_pss_mib']:.1f}), "
-                          f"terminal {r['terminal_ms']:.1f} ms", flush=True)
-            for sandboxed, rows in got.items():
-                key = f"{agent}_{'on' if sandboxed else 'off'}"
-                result[key] = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
-            on, off = result[f"{agent}_on"], result[f"{agent}_off"]
-            print(f"{agent}: start +{on['start_s'] - off['start_s']:.3f} s, PSS +{on['pss_mib'] - off['pss_mib']:.1f} "
-                  f"MiB, terminal +{on['terminal_ms'] - off['terminal_ms']:.1f} ms with the sandbox (medians)",
-                  flush=True)
+                          f"terminal {r['terminal_ms']:.1f} ms"
+                          + (f", disk walk {r['disk_walk_ms']:.1f} ms" if "disk_walk_ms" in r else ""), flush=True)
+            for mode, rows in got.items():
+                result[f"{agent}_{mode}"] = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
+            for base, mode in (("off", "on"), ("on", "limits")):
+                if base in got and mode in got:
+                    x, y = result[f"{agent}_{base}"], result[f"{agent}_{mode}"]
+                    print(f"{agent}: {mode} against {base}: start {y['start_s'] - x['start_s']:+.3f} s, "
+                          f"PSS {y['pss_mib'] - x['pss_mib']:+.1f} MiB, terminal "
+                          f"{y['terminal_ms'] - x['terminal_ms']:+.1f} ms (medians)", flush=True)
     finally:
         fake.close()
     print_result(result)

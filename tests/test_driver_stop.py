@@ -104,6 +104,18 @@ child = subprocess.Popen([sys.executable, "-c", tree], start_new_session=True)  
 subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'import time; time.sleep(600)' {out}/ray-session-x &"])
 subprocess.run(["sh", "-c", f"{MARK}={reaper.mark} '{sys.executable}' -c 'import time; time.sleep(600)' &"])
 reaper.watch(f"{out}/ray-session-x")
+# The run's cgroups (agensh_ray/agent/limits.py): one holding a process of the run, one empty.
+from agensh_ray.agent import limits
+h = limits.detect()[0]
+if h is not None:
+    import shlex
+    parent = limits.parent_name(f"reaptest-{os.getpid()}")
+    for name in ("w001-1", "w002-1"):
+        limits.Group(h, parent, name).create(None, 16, None)
+    g = limits.Group(h, parent, "w001-1")
+    subprocess.run(["sh", "-c", f"{MARK}={reaper.mark} {shlex.join(g.wrap(['sleep', '600']))} &"])
+    reaper.cgroups(parent)
+    (out / "cgroup").write_text(" ".join(str(d) for d in g.folders))
 (out / "ready").write_text(f"{reaper.proc.pid} {reaper.mark}")
 time.sleep(600)
 """.replace("{MARK}", MARK_ENV)
@@ -138,7 +150,8 @@ def test_the_reaper_kills_the_whole_run_after_a_driver_sigkill_and_nothing_else(
         wait_for(lambda: len(psutil.Process(driver.pid).children(recursive=True)) >= 3, 30, "its children")
         run = [p for p in psutil.Process(driver.pid).children(recursive=True) if p.pid != reaper_pid]
         orphans = _procs_mentioning(str(tmp_path / "ray-session-x"), mark)
-        assert len(orphans) == 2 and all(p.ppid() != driver.pid for p in orphans)
+        in_group = (tmp_path / "cgroup").exists()  # one more, in the run's cgroup
+        assert len(orphans) == 2 + in_group and all(p.ppid() != driver.pid for p in orphans)
         run += orphans
         wait_for(lambda: reaper_noted(tmp_path / "reaper.log") >= 2, 30, "the reaper's snapshot")
         driver.kill()
@@ -147,6 +160,10 @@ def test_the_reaper_kills_the_whole_run_after_a_driver_sigkill_and_nothing_else(
         wait_for(lambda: not psutil.pid_exists(reaper_pid), 30, "the reaper to exit")
         assert bystander.poll() is None, "the reaper killed a process that was not the run's"
         assert "killed" in (tmp_path / "reaper.log").read_text()
+        if (tmp_path / "cgroup").exists():  # the run's cgroups, emptied by the kill, are gone with their parent
+            groups = [Path(d) for d in (tmp_path / "cgroup").read_text().split()]
+            assert not any(d.exists() or d.parent.exists() for d in groups), groups
+            assert "empty cgroup(s)" in (tmp_path / "reaper.log").read_text()
     finally:
         bystander.kill()
         driver.kill()

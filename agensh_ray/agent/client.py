@@ -175,6 +175,8 @@ class WorkdirClient(NoExtensions):
         self.files_written: list[Path] = []
         """Files the agent wrote through fs/write_text_file (Claude Code edits this way)."""
         self._confined: Confined | None = None
+        self.full: Callable[[], str | None] = lambda: None
+        """Why the worker may not write now (over its disk limit: agent/limits.py), or None."""
         self._terminals: dict[str, _Terminal] = {}
         self._next_terminal = 0
         self._text: list[str] = []
@@ -286,6 +288,9 @@ class WorkdirClient(NoExtensions):
         return ReadTextFileResponse(content=text)
 
     async def write_text_file(self, content, path, session_id, **kwargs):
+        if (full := self.full()) is not None:
+            self.observer.on_refused(f"fs/write_text_file {path}", full)
+            raise RequestError(REFUSED, full, {"path": path, "reason": full})
         try:  # opened without truncating, checked (regular, not the reference), then truncated and written
             p = self.confined.write_text(path, content, check=not_execute_only)
         except ExecuteOnlyError:
@@ -392,6 +397,13 @@ class WorkdirClient(NoExtensions):
         if term is not None and term.proc.returncode is None:
             kill_group(term.proc, signal.SIGKILL)
         return ReleaseTerminalResponse()
+
+    def kill_terminals(self) -> int:
+        """Kill the terminals still running (their output stays readable): how many."""
+        running = [t for t in self._terminals.values() if t.proc.returncode is None]
+        for t in running:
+            kill_group(t.proc, signal.SIGKILL)
+        return len(running)
 
     async def close_terminals(self) -> None:
         for tid in list(self._terminals):

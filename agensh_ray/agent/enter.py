@@ -1,11 +1,14 @@
 """Run a command inside a worker's running sandbox, as the agent's own commands run.
 
-    python -I -S enter.py PID CWD -- ARGV...
+    python -I -S enter.py [--cgroup=PROCS_FILE]... PID CWD -- ARGV...
 
 PID is a process inside the sandbox (bwrap's PID 1 there, as the host sees it).
 The command joins its mount, PID, network, IPC, UTS and cgroup namespaces and its
 root (`nsenter`), then every capability is dropped and no_new_privs set
-(`setpriv`), and it runs in CWD.
+(`setpriv`), and it runs in CWD. Before that it moves itself into the
+sandbox's cgroups (each `--cgroup` names a group's `cgroup.procs`) and takes
+the sandbox's rlimits (those limits.py sets, read off PID), so a terminal
+counts against the worker's limits like the agent's own commands.
 
 Run as root, bubblewrap makes no user namespace, and nsenter joins the others
 directly. Run as another user, bubblewrap makes two: an outer one that owns
@@ -25,10 +28,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import sys
 
 NS_GET_USERNS = 0xB701
 """ioctl(2) on a namespace fd: an fd of the user namespace that owns it (linux/nsfs.h, _IO(0xb7, 0x1))."""
+RLIMITS = (resource.RLIMIT_FSIZE, resource.RLIMIT_DATA, resource.RLIMIT_NPROC)
+"""The sandbox's limits a terminal takes on (agensh_ray/agent/limits.py)."""
 NAMESPACES = (("cgroup", "cgroup"), ("ipc", "ipc"), ("uts", "uts"), ("net", "net"), ("pid", "pid"), ("mnt", "mount"))
 
 
@@ -69,10 +75,29 @@ def argv_for(pid: str, cwd: str, command: list[str]) -> tuple[list[str], list[in
     return out, keep
 
 
+def join_limits(pid: str, procs_files: list[str]) -> None:
+    """Into the sandbox's cgroups and under its rlimits (OSError if that cannot be)."""
+    for path in procs_files:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    for r in RLIMITS:
+        soft, hard = resource.prlimit(int(pid), r)
+        if (soft, hard) != resource.getrlimit(r):
+            resource.setrlimit(r, (soft, hard))
+
+
 def main(argv: list[str]) -> int:
+    cgroups = []
+    while argv and argv[0].startswith("--cgroup="):  # options before PID only: the command's own are its own
+        cgroups.append(argv.pop(0).partition("=")[2])
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: enter.py PID CWD -- ARGV...", file=sys.stderr)
+        print("usage: enter.py [--cgroup=PROCS_FILE]... PID CWD -- ARGV...", file=sys.stderr)
         return 2
+    try:
+        join_limits(argv[0], cgroups)
+    except (OSError, ValueError) as exc:
+        print(f"enter.py: cannot take on the limits of the sandbox of process {argv[0]}: {exc}", file=sys.stderr)
+        return 125
     try:
         command, keep = argv_for(argv[0], argv[1], argv[3:])
     except OSError as exc:

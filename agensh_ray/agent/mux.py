@@ -23,6 +23,7 @@ from acp import RequestError
 from agensh_ray.agent.client import NoExtensions, SessionObserver, WorkdirClient, initialize
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.process import AgentProcess
+from agensh_ray.agent.limits import ProcessLimits
 from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.agent.session import AcpSession
 from agensh_ray.errors import AgentDied
@@ -65,8 +66,10 @@ class SharedAgent:
     """One agent process and connection shared by the sessions of a host."""
 
     def __init__(self, harness: Harness, env: dict[str, str], cwd: Path, log_dir: Path, name: str,
-                 sandbox: SandboxPolicy | None = None):
+                 sandbox: SandboxPolicy | None = None, limits: ProcessLimits | None = None):
         self.harness = harness
+        self.limits = limits
+        """The process's resource limits (one group for the host's shared process: limits.py)."""
         self.sandbox = sandbox
         """One sandbox for the process: every workdir and HOME of the host's workers is writable in it."""
         self.host_env = env
@@ -95,7 +98,7 @@ class SharedAgent:
             # its agent died (not sent, with a session the new process never opened, to a half-started one)
             self.generation += 1
             self.process = AgentProcess(self.harness.argv(), self.env, self.cwd, self.log_dir / f"{self.name}.stderr",
-                                        sandbox=self.sandbox)
+                                        sandbox=self.sandbox, limits=self.limits)
             proc = await self.process.start()
             self.conn = acp.connect_to_agent(self.client, proc.stdin, proc.stdout)
             await asyncio.wait_for(initialize(self.conn, "agensh-ray worker host"), timeout_s)

@@ -1,7 +1,9 @@
 """The agent CLI as a subprocess: its own process group, its stderr redacted on
 the way to the log, and one fixed, idempotent shutdown sequence; with a
 `SandboxPolicy`, inside its bubblewrap sandbox (sandbox.py), with the host's
-end of its relays (egress.py) living as long as it does.
+end of its relays (egress.py) living as long as it does, and with
+`ProcessLimits`, in a cgroup of its own made for it and removed after it
+(limits.py).
 
 Shutdown (the order the ACP SDK's own transport uses): close stdin -> wait
 `grace_s` -> SIGTERM the group -> wait -> SIGKILL the group. The group goes
@@ -20,8 +22,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 from agensh_ray.agent.egress import Egress
-from agensh_ray.agent.sandbox import SandboxPolicy, bwrap_argv, enter_argv
+from agensh_ray.agent.limits import ProcessLimits
+from agensh_ray.agent.sandbox import RELAY_SCRIPT, SandboxPolicy, bwrap_argv, enter_argv
 from agensh_ray.errors import AgentDied
 
 STDIO_LIMIT = 50 * 1024 * 1024
@@ -62,6 +67,7 @@ class AgentProcess:
         stderr_path: Path,
         redact: Callable[[str], str] | None = None,
         sandbox: SandboxPolicy | None = None,
+        limits: ProcessLimits | None = None,
     ):
         self.argv = argv
         self.env = env
@@ -76,6 +82,8 @@ class AgentProcess:
         self.egress: Egress | None = None
         self.sandbox_pid: int | None = None
         """A process inside the running sandbox (its PID 1, as the host sees it): terminals join it."""
+        self.limits = limits if sandbox is not None else None
+        """Its cgroup and rlimits (sandboxed agents only: a terminal joins them with the sandbox)."""
 
     async def start(self) -> asyncio.subprocess.Process:
         self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,6 +94,14 @@ class AgentProcess:
             relay_dir = await self.egress.start()
             info, write_end = os.pipe()
             argv, pass_fds = bwrap_argv(self.sandbox, self.argv, relay_dir, info_fd=write_end), (write_end,)
+            if self.limits is not None:
+                try:
+                    await asyncio.to_thread(self.limits.start)
+                except BaseException:
+                    os.close(write_end)
+                    os.close(info)
+                    raise
+                argv = self.limits.wrap(argv)
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -123,7 +139,47 @@ class AgentProcess:
         """The command line that runs `argv` in `cwd` inside this process's sandbox (as the agent's own)."""
         if self.sandbox_pid is None or not self.alive:
             raise AgentDied("the agent's sandbox is not running")
-        return enter_argv(self.sandbox_pid, cwd, argv)
+        group = self.limits.group if self.limits is not None else None
+        return enter_argv(self.sandbox_pid, cwd, argv, group.procs_files() if group is not None else [])
+
+    def limit_events(self) -> list[str]:
+        """What the kernel enforced in this process's group since the last call ("memory limit ... reached")."""
+        return self.limits.events() if self.limits is not None else []
+
+    def death_cause(self) -> str | None:
+        """Why the sandbox's process may have died, if a limit was enforced on it in its life ("memory limit ...")."""
+        return self.limits.cause() if self.limits is not None else None
+
+    def agent_pid(self) -> int | None:
+        """The agent CLI's own process inside the sandbox (below bwrap and the relay), as the host sees it."""
+        if self.proc is None:
+            return None
+        try:
+            p = psutil.Process(self.proc.pid)
+            while True:
+                cmd = p.cmdline()
+                if not (cmd and (os.path.basename(cmd[0]) == "bwrap" or str(RELAY_SCRIPT) in cmd)):
+                    return p.pid
+                kids = p.children()
+                if len(kids) != 1:
+                    return p.pid
+                p = kids[0]
+        except psutil.Error:
+            return None
+
+    def kill_commands(self) -> int:
+        """Kill every process the agent started (its shells, builds, tests), not the agent: how many."""
+        pid = self.agent_pid()
+        if pid is None:
+            return 0
+        try:
+            kids = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            return 0
+        for k in kids:
+            with contextlib.suppress(psutil.Error):
+                k.kill()
+        return len(kids)
 
     async def _pump_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -156,6 +212,8 @@ class AgentProcess:
             if self.egress is not None:
                 await self.egress.close()
                 self.egress = None
+            if self.limits is not None:
+                await asyncio.to_thread(self.limits.stop)
             return
         if proc.returncode is None:
             if proc.stdin is not None:
@@ -175,6 +233,8 @@ class AgentProcess:
         if self.egress is not None:
             await self.egress.close()
             self.egress = None
+        if self.limits is not None:
+            await asyncio.to_thread(self.limits.stop)
         if self._stderr_task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), timeout=1.0)

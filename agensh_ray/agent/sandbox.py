@@ -10,8 +10,8 @@ What a sandboxed agent sees (`SandboxPolicy.build`):
   and venv, the project's packages, the agent CLI's install prefix (e.g.
   .ci/node) and the interpreter its script names, the shared CLI cache, and
   whatever the run adds (the sim's task, `SandboxConfig.read_only`);
-- private: /tmp, /var/tmp, /proc (its own PID namespace: no other agent's
-  processes), a minimal /dev;
+- private: /tmp, /var/tmp (each of `tmp_bytes` when bounded: limits.py), /proc
+  (its own PID namespace: no other agent's processes), a minimal /dev;
 - execute-only: the clone's `reference/` (the task's reference program, mode
   0111), bound read-only over the writable workdir, so it runs but cannot be
   made readable, moved or linked (agensh_ray/task/reference.py says what else
@@ -56,6 +56,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
+from agensh_ray.agent.limits import bwrap_tmpfs_size
 from agensh_ray.agent.routes import Route, default_port, no_credentials, plan_routes, url_prefix
 from agensh_ray.errors import SandboxUnavailable
 
@@ -102,6 +103,8 @@ class SandboxPolicy(BaseModel):
     """The endpoints' URLs as the host knows them (with credentials): git's insteadOf needs the full prefix."""
     note: str = ""
     """What the network is, and why it is shared when it is."""
+    tmp_bytes: int = 0
+    """Size of its private /tmp and /var/tmp, each (0: unbounded, as large as the machine's RAM)."""
 
     # -- building ---------------------------------------------------------------------------
     @classmethod
@@ -109,7 +112,7 @@ class SandboxPolicy(BaseModel):
               endpoints: dict[str, str], unrelayable: dict[str, str] | None = None,
               read_only: list[Path] | None = None, hidden: list[Path] | None = None,
               execute_only: list[Path] | None = None, url_vars: tuple[str, ...] = (),
-              hostname: str = "agensh-worker") -> SandboxPolicy:
+              hostname: str = "agensh-worker", tmp_bytes: int = 0) -> SandboxPolicy:
         """The policy for an agent started with `argv` and `env`.
 
         `endpoints` names the URLs it must reach (forge, MCP, model); `unrelayable` names those it needs but
@@ -141,7 +144,7 @@ class SandboxPolicy(BaseModel):
         return cls(writable=tuple(writable), read_only=tuple(ro_kept), symlinks=symlinks, masked=tuple(masked),
                    hidden=tuple(covered), execute_only=tuple(pinned), chdir=Path(chdir).absolute(), hostname=hostname,
                    network=network, routes=tuple(routes), url_vars=url_vars, endpoint_urls=tuple(endpoints.values()),
-                   note=note)
+                   note=note, tmp_bytes=tmp_bytes if tmp_bytes and bwrap_tmpfs_size() else 0)
 
     # -- what the agent is told -------------------------------------------------------------
     def route_for(self, url: str) -> Route | None:
@@ -281,7 +284,7 @@ def bwrap_argv(policy: SandboxPolicy, argv: list[str], relay_dir: Path | None, i
         a.append("--unshare-net")
     a += ["--proc", "/proc", "--dev", "/dev"]
     for d in PRIVATE_TMP:  # first: a read-only or writable folder of the run may lie under /tmp
-        a += ["--tmpfs", d]
+        a += [*(["--size", str(policy.tmp_bytes)] if policy.tmp_bytes else []), "--tmpfs", d]
     for link, target in policy.symlinks:
         a += ["--symlink", target, link]
     for p in policy.read_only:
@@ -307,11 +310,13 @@ def bwrap_argv(policy: SandboxPolicy, argv: list[str], relay_dir: Path | None, i
     return [*a, "--", *command]
 
 
-def enter_argv(pid: int, cwd: Path, argv: list[str]) -> list[str]:
+def enter_argv(pid: int, cwd: Path, argv: list[str], cgroups: list[Path] = ()) -> list[str]:
     """Run `argv` inside the running sandbox whose process `pid` is (its namespaces, root and view), in `cwd`,
     with every capability dropped and no_new_privs, as the agent's own commands run (enter.py: nsenter, then
-    setpriv; as a user other than root, through bubblewrap's two user namespaces)."""
-    return [sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(pid), str(cwd), "--", *argv]
+    setpriv; as a user other than root, through bubblewrap's two user namespaces); in the sandbox's cgroups
+    (their `cgroup.procs` files) and under its rlimits (limits.py)."""
+    joins = [f"--cgroup={p}" for p in cgroups]
+    return [sys.executable, "-I", "-S", str(ENTER_SCRIPT), *joins, str(pid), str(cwd), "--", *argv]
 
 
 @functools.cache

@@ -42,6 +42,7 @@ from agensh_ray.agent.client import SessionObserver, TurnUsage, WorkdirClient, i
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.policy import PermissionPolicy
 from agensh_ray.agent.process import AgentProcess
+from agensh_ray.agent.limits import ProcessLimits
 from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.agent.warmup import start_once
 from agensh_ray.confined import Confined
@@ -161,8 +162,10 @@ class AcpSession:
                     return self._turn_done(resp)
             await asyncio.sleep(0.2)  # let the stderr pump catch the last words
             tail = self._stderr_tail()
+            cause = process.death_cause()
             raise AgentDied(self.redact(
-                f"{self.harness.name} exited with code {process.proc.returncode} mid-turn"
+                (f"agent killed: {cause}; " if cause else "")
+                + f"{self.harness.name} exited with code {process.proc.returncode} mid-turn"
                 + (f"; stderr: {tail}" if tail else "")
             ))
         finally:
@@ -215,6 +218,7 @@ class ProcessSession(AcpSession):
         gateway: GatewayEndpoint | None = None,
         sandbox: SandboxPolicy | None = None,
         model: str | None = None,
+        limits: ProcessLimits | None = None,
     ):
         self.model = model
         """The model the agent is told to use (None: the CLI's own choice)."""
@@ -223,6 +227,8 @@ class ProcessSession(AcpSession):
         """The agent's environment as the host sees it (before the sandbox's rewrites)."""
         super().__init__(harness, worker_id, workdir, mcp_url, observer, self.host_env, sandbox)
         self.home = home
+        self.limits = limits
+        """Its resource limits (with the sandbox: limits.py)."""
         self.log_dir = log_dir or home
         self._process: AgentProcess | None = None
         self._conn: acp.ClientSideConnection | None = None
@@ -250,6 +256,9 @@ class ProcessSession(AcpSession):
             cls = AgentNeedsCredentials
             what += f" (it needs credentials: {self.harness.credentials_hint or 'see its documentation'})"
         text = f"{self.harness.name} {what}: {detail}"
+        cause = self._process.death_cause() if self._process is not None else None
+        if cause:
+            text = f"agent killed: {cause}; {text}"
         if tail:
             text += f"; stderr: {tail}"
         return cls(self.redact(text))
@@ -260,7 +269,7 @@ class ProcessSession(AcpSession):
         await asyncio.to_thread(self.harness.prepare, self.host_env, start_once)
         self._process = AgentProcess(
             self.harness.launch_argv(self.env, self.model), self.env, self.workdir,
-            self.log_dir / f"{self.worker_id}.agent.stderr", self.redact, sandbox=self.sandbox,
+            self.log_dir / f"{self.worker_id}.agent.stderr", self.redact, sandbox=self.sandbox, limits=self.limits,
         )
         if self.sandbox is not None:
             self.client.enter = self._process.enter

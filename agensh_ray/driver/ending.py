@@ -14,6 +14,7 @@ import time
 
 import ray
 
+from agensh_ray.agent.limits import parent_name
 from agensh_ray.errors import ForcedStop
 from agensh_ray.reaper import MARK_ENV, Reaper
 from agensh_ray.task.evaluate import ScoreSummary
@@ -34,6 +35,7 @@ class Ending:
         the driver, SIGKILL included, no process of the run is left."""
         if not ray.is_initialized():  # else a test's (or a notebook's) Ray: its owner cleans up
             self.reaper = Reaper.start(self.run_dir / "logs" / "reaper.log")
+            self.reaper.cgroups(parent_name(self.run_id))  # the agents' cgroups (agensh_ray/agent/limits.py)
             saved = os.environ.get(MARK_ENV)
             os.environ.update(self.reaper.marked_env())  # inherited by Ray's daemons and their workers
             try:

@@ -44,9 +44,10 @@ class Step(BaseModel):
     """One action. `do` names it; the other fields are its arguments."""
 
     model_config = ConfigDict(extra="forbid")
-    do: Literal["say", "mcp", "terminal", "shell", "read", "write", "permission", "sleep"]
+    do: Literal["say", "mcp", "terminal", "shell", "read", "write", "permission", "sleep", "exec"]
     text: str = ""
-    """say: the text; terminal/shell: the command line (run by /bin/sh); read/write: the path; permission: the title."""
+    """say: the text; terminal/shell: the command line (run by /bin/sh); read/write: the path; permission: the title;
+    exec: Python code run in the agent's own process (a hostile agent's own allocations); its `result` is returned."""
     tool: str = ""
     """mcp: the tool's name."""
     args: dict[str, Any] = {}
@@ -123,6 +124,10 @@ class ScriptedAgent:
         if step.do == "say":
             await conn.session_update(sid, acp.update_agent_message_text(step.text))
             return step.text
+        if step.do == "exec":
+            scope: dict[str, Any] = {}
+            exec(step.text, scope)  # noqa: S102 - a test's script, run by the test's own agent
+            return scope.get("result")
         if step.do == "sleep":
             await asyncio.sleep(step.seconds)
             return step.seconds

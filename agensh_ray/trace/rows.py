@@ -229,7 +229,9 @@ class LifecycleRow(TraceRow):
     """started | stopped | crashed | restarted | gave_up | turn_error (the turn failed: the agent's error, or
     its model calls failed through the gateway, with the provider's status) | refused (a request of the agent
     the permission policy refused; the detail says what and why) | resumed (its host or the driver was restarted: the
-    worker goes on from its clone with a hand-off). Rows of the run's actors (worker_id null, written by the
+    worker goes on from its clone with a hand-off) | limit_reached (a resource limit of its sandbox was enforced:
+    memory, processes or disk, with what it was; agensh_ray/agent/limits.py; an agent the memory limit killed is a
+    `crashed` row starting "agent killed: memory limit ..."). Rows of the run's actors (worker_id null, written by the
     driver): actor_died | actor_restarted (back, in a new process) | actor_lost (dead for good) |
     actor_answering (away, then answering from the same process) | actor_resumed (a restarted host started
     again and its workers launched) | actor_placed (where Ray first put it)."""

@@ -17,6 +17,14 @@ turns it off: its workdir and HOME writable, the toolchain read-only, its
 forge, MCP tools and model reachable. The shared sim process gets one sandbox
 with all its host's workdirs and HOMEs (the host's workers can see each
 other's clones there; simulation only).
+
+Each sandbox has its resource limits (agent/limits.py, `SandboxConfig.limits`):
+a cgroup per agent process, a bounded /tmp, and the host's limits loop, which
+every second reads what the kernel enforced in each group (a process killed
+at the memory limit, forks refused at the process limit) and measures each
+worker's workdir and HOME when due; each limit reached is a `limit_reached`
+lifecycle row and a message to the agent, and at the disk limit the agent's
+turn is stopped.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from agensh_ray import prompts
 from agensh_ray.agent import sandbox
 from agensh_ray.agent.handoff import handoff_summary
 from agensh_ray.agent.harness import Harness, get_harness
+from agensh_ray.agent.limits import DiskWatch, ProcessLimits
 from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.config import RunConfig
@@ -50,6 +59,8 @@ log = logging.getLogger(__name__)
 
 CLOCK_MAX_SLEEP_S = 1.0
 """The clock loop looks at least this often (wall seconds), e.g. for workers launched since."""
+LIMITS_POLL_S = 1.0
+"""How often the limits loop reads what the kernel enforced in the agents' cgroups (wall seconds)."""
 
 
 class WorkerHost:
@@ -68,6 +79,7 @@ class WorkerHost:
         task_root: Path,
     ):
         self.host_id = host_id
+        self.run_id = run_id
         self.node = ""
         """The Ray node it runs on (set by its actor; the lifecycle rows carry it)."""
         self.cfg = cfg
@@ -102,6 +114,9 @@ class WorkerHost:
         self.stopping = asyncio.Event()
         self._clock_event: asyncio.Event | None = None
         self._clock_task: asyncio.Task | None = None
+        self._limits_task: asyncio.Task | None = None
+        self.limits = cfg.sandbox.limits if cfg.sandbox.enabled else None
+        """Each sandbox's resource limits (None: none)."""
         self.started = False
         """`start` ran (False in a host process that was restarted until the driver starts it again)."""
 
@@ -114,6 +129,8 @@ class WorkerHost:
         await self.tools.start()
         self._clock_event = asyncio.Event()
         self._clock_task = asyncio.create_task(self._clock(), name=f"clock-{self.host_id}")
+        if self.limits is not None:
+            self._limits_task = asyncio.create_task(self._watch_limits(), name=f"limits-{self.host_id}")
         self.started = True
 
     def schedule_s(self) -> float:
@@ -129,6 +146,10 @@ class WorkerHost:
         w.launched = True
         w.clock = TurnClock.from_config(self.cfg.routing, self.cfg.minutes * 60, now_s=self.schedule_s(),
                                         board=self.cfg.board_tools)
+        if self.limits is not None and self.limits.disk_mib and not self.shared:
+            # not under simulation packing (the shared sim process is our own code, and already sees every
+            # workdir of its host): 1,024 sim workers' walks would cost a core's tenth (0.7 ms each per 5 s)
+            w.disk = DiskWatch(self.limits, [w.workdir, w.home])
         kept = self.workdirs.kept(w.workdir)
         resumed = again or kept
         # a kept clone is recovered first (a killed git's lock files would fail setting its remote)
@@ -165,8 +186,10 @@ class WorkerHost:
                                         endpoints={**endpoints, "tools": self.tools.url("any", "")},
                                         run_dir=self.run_dir, task_root=self.task_root, hostname=self.host_id)
                 self._note_network(policy)
+                limits = (ProcessLimits(self.limits, self.run_id, f"{self.host_id}-shared", scale=len(self.workers))
+                          if self.limits is not None and policy is not None else None)
                 self._shared_agent = SharedAgent(self.harness, env, home, self.run_dir / "logs",
-                                                 f"{self.host_id}.shared-agent", sandbox=policy)
+                                                 f"{self.host_id}.shared-agent", sandbox=policy, limits=limits)
             session: AgentSession = MuxSession(self._shared_agent, w.id, w.workdir, url, observer)
         else:
             extra = agent_env(self.cfg, w.id, w.home, self.task_root)
@@ -177,9 +200,13 @@ class WorkerHost:
                                     endpoints={"forge": self.clone_urls[w.id], "tools": url},
                                     run_dir=self.run_dir, task_root=self.task_root, hostname=w.id)
             self._note_network(policy)
+            limits = (ProcessLimits(self.limits, self.run_id, w.id)
+                      if self.limits is not None and policy is not None else None)
             session = ProcessSession(self.harness, w.id, w.workdir, w.home, url, observer, extra_env=extra,
                                      log_dir=self.run_dir / "logs", gateway=gateway, sandbox=policy,
-                                     model=self.model)
+                                     model=self.model, limits=limits)
+        if w.disk is not None:
+            session.client.full = lambda: w.disk.over
         w.session = session
         await session.start()
         return session
@@ -211,6 +238,57 @@ class WorkerHost:
         pid = w.session.pid if w.session else None
         self.trace.write(LifecycleRow(worker_id=w.id, event=event, detail=detail[:2000], host=self.host_id, pid=pid,
                                       node=self.node))
+
+    # -- resource limits ---------------------------------------------------------------------
+    async def _watch_limits(self) -> None:
+        """What the kernel enforced in each agent's cgroup, and each worker's disk when due (agent/limits.py)."""
+        while not self.stopping.is_set():
+            try:
+                await self.check_limits()
+            except Exception:  # the next round looks again
+                log.exception("host %s: checking the workers' limits failed", self.host_id)
+            due = [w.disk.next_at for w in self.workers.values() if w.disk is not None and w.session is not None]
+            pause = min(LIMITS_POLL_S, min(due, default=float("inf")) - time.monotonic())
+            try:
+                await asyncio.wait_for(self.stopping.wait(), max(0.05, pause))
+            except TimeoutError:
+                pass
+
+    async def check_limits(self) -> None:
+        seen: set[int] = set()
+        for w in list(self.workers.values()):
+            if w.stopped or w.session is None:
+                continue
+            process = w.session.process
+            if process is not None and process.alive and id(process) not in seen:  # a dead one: `crashed` says
+                seen.add(id(process))
+                events = process.limit_events()
+                # the shared sim process serves every worker of the host: each is told
+                for other in (self.workers.values() if self.shared else [w]):
+                    for what in events:
+                        self.limit_reached(other, what)
+            if w.disk is not None and w.disk.due(time.monotonic()):
+                over = await asyncio.to_thread(w.disk.measure, time.monotonic())
+                if over is not None:
+                    await self.stop_for_disk(w, over)
+
+    def limit_reached(self, w: Worker, what: str) -> None:
+        """A `limit_reached` row, and the agent told (with its next tool result, or its next turn's prompt)."""
+        self.lifecycle(w, "limit_reached", what)
+        self.push(w, "limit", prompts.limit(what), HIGH)
+
+    async def stop_for_disk(self, w: Worker, what: str) -> None:
+        """The worker is at its disk limit: its turn stopped (ACP cancel), the commands it runs killed (not the
+        shared sim process's: they may be another worker's), its fs/* writes refused while it stays over."""
+        killed = 0
+        session = w.session
+        if session is not None:
+            killed += session.client.kill_terminals()
+            if not self.shared and session.process is not None:
+                killed += session.process.kill_commands()
+            if w.in_turn:
+                await session.cancel()
+        self.limit_reached(w, f"{what} (turn stopped, {killed} command(s) killed)" if w.in_turn or killed else what)
 
     # -- the host's own prompts ------------------------------------------------------------
     def push(self, w: Worker, kind: str, text: str, priority: str = "low") -> None:
@@ -319,6 +397,8 @@ class WorkerHost:
         self.clock_changed()
         if self._clock_task:
             self._clock_task.cancel()
+        if self._limits_task:
+            self._limits_task.cancel()
         if self._shared_agent is not None:
             await self._shared_agent.close()
         await self.tools.close()

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from agensh_ray import prompts
 from agensh_ray.agent.client import SessionObserver, ToolCallRecord
 from agensh_ray.agent.handoff import handoff_summary
+from agensh_ray.agent.limits import DiskWatch
 from agensh_ray.errors import AgentDied, TurnFailed
 from agensh_ray.models import TurnReport, now_us
 from agensh_ray.render import render
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5
 """Agent crashes a worker survives; after that it stops (a `gave_up` lifecycle row)."""
+KILLED_AT_LIMIT = "agent killed: "
+"""How the reason of an agent death a resource limit caused starts (agent/session.py)."""
 HOST_KINDS = TurnClock.HOST_KINDS
 """Prompts the host makes itself (nudge, share_findings, wind_down, handoff)."""
 WAKE_KINDS = {"dm", "forge", *HOST_KINDS}
@@ -138,6 +141,8 @@ class Worker:
     """Why a baseline worker stopped taking turns (its stop hook let it stop: keep_going.py)."""
     work_calls: int = 0
     """Edits and forge writes during the current turn (the baseline's stop hook)."""
+    disk: DiskWatch | None = None
+    """Its disk watcher (workdir and HOME against `LimitsConfig.disk_mib`), None without a disk limit."""
     keep_going: KeepGoing | None = None
     """The baseline's stop hook (None in a multi-agent run)."""
     closed: bool = False
@@ -151,8 +156,10 @@ class Worker:
         try:
             self.session = await host.open_session(self)
             sandboxed = getattr(self.session, "sandbox", None)
+            limited = getattr(self.session.process, "limits", None)
             self.lifecycle("started", f"harness={host.harness.name}" + (" (shared process)" if host.shared else "")
-                           + (f"; sandbox: {sandboxed.note}" if sandboxed else "; no sandbox"))
+                           + (f"; sandbox: {sandboxed.note}" if sandboxed else "; no sandbox")
+                           + (f"; limits: {limited.describe()}" if limited else ""))
         except Exception as exc:
             self.lifecycle("crashed", f"start failed: {exc}")
             self.stopped = True
@@ -318,6 +325,10 @@ class Worker:
         self.handoff = not loaded
         self.lifecycle("restarted", "session loaded" if loaded else "new session with hand-off summary")
         text = prompts.resume() if loaded else await handoff_summary(self.id, host.services)
+        if why.startswith(KILLED_AT_LIMIT):  # a limit of its sandbox killed it (agent/limits.py): it is told which
+            cause = why[len(KILLED_AT_LIMIT):].split(";")[0]
+            text = prompts.limit(f"{cause}; the kernel killed your previous agent process. Run fewer or smaller "
+                                 "things at once.") + "\n\n" + text
         host.push(self, "handoff", text, "low")
 
     def stop(self) -> None:

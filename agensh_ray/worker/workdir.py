@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from agensh_ray.agent.harness import Harness
+from agensh_ray.agent.limits import mib
 from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.config import RunConfig
 from agensh_ray.confined import Confined
@@ -149,7 +150,8 @@ def sandbox_policy(cfg: RunConfig, harness: Harness, env: dict[str, str], *, wri
     return SandboxPolicy.build(argv=harness.argv(), env=env, writable=writable, chdir=chdir,
                                endpoints={**endpoints, **model}, unrelayable=unrelayable, read_only=read_only,
                                hidden=[run_dir], execute_only=[Path(d) / REFERENCE_DIR for d in writable],
-                               url_vars=harness.url_vars(env), hostname=hostname)
+                               url_vars=harness.url_vars(env), hostname=hostname,
+                               tmp_bytes=mib(limits.tmp_mib) if (limits := cfg.sandbox.limits) else 0)
 
 
 class Workdirs:
