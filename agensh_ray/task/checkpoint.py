@@ -49,6 +49,7 @@ from pathlib import Path
 from programbench.eval.eval import EvaluationResult
 from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
+from agensh_ray.agent import hostgit
 from agensh_ray.task.base import Task
 from agensh_ray.task.evaluate import ScoreSummary
 from agensh_ray.trace import ScoreRow, TestResultRow, TraceWriter
@@ -59,8 +60,11 @@ FINAL_SUBMISSION = "submission.tar.gz"
 
 
 def _git(args: list[str], cwd: Path | None = None) -> str:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-    return subprocess.run(["git", *args], cwd=cwd, check=True, env=env, capture_output=True, text=True).stdout
+    """git on the run's score clone: it checks out the workers' pushed trees, whose `.gitattributes` may name a
+    filter or diff driver, so it reads no user or system configuration (where one could be defined: git-lfs's)
+    and runs no hook, fsmonitor or other configured program (agensh_ray/agent/hostgit.py)."""
+    return subprocess.run(hostgit.host_argv(args), cwd=cwd, check=True, env=hostgit.inert_env(dict(os.environ)),
+                          capture_output=True, text=True).stdout
 
 
 def lower_thread_priority(nice: int) -> None:
