@@ -195,6 +195,29 @@ def test_recover_and_prepare_run_nothing_a_clone_configures(tmp_path, clone, for
     assert config == forge_repo + "#new-token"
 
 
+ATTRIBUTE_DRIVERS = {"clean", "smudge", "process", "included", "textconv", "diffcmd", "mergedriver"}
+"""Programs a repository names by attribute (`filter.<name>`, `diff.<name>`, `merge.<name>`, any name, also
+through an include): no `git -c` switch reaches them; only the sandbox does."""
+
+
+def test_without_the_sandbox_only_drivers_named_by_attribute_can_run(tmp_path, clone, forge_repo):
+    """The residual risk of a run without containment (`sandbox.enabled = False`, whose agents run on the host
+    anyway): git's switches alone turn off every program of a fixed key (fsmonitor, every hook, ssh, editor,
+    pager, askpass, credential helper, gpg, external diff, aliases) and all of the worker's HOME; only the
+    filter drivers the attributes name run (here: the clean and process filters of `git stash`)."""
+    run, workdir, home = clone
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    arm(workdir, home, marks)
+    bare = Workdirs(run, "h000", sandboxed=False)
+    done = bare.recover("w001", workdir, home)
+    bare.prepare("w001", workdir, home, forge_repo)
+    fingerprint(workdir)
+    print("fired without the sandbox:", sorted(fired(marks)))
+    assert set(fired(marks)) <= ATTRIBUTE_DRIVERS, (sorted(fired(marks)), done)
+    assert not (workdir / ".git" / "MERGE_HEAD").exists()
+
+
 def test_recover_touches_nothing_outside_the_clone(tmp_path, clone):
     """`core.worktree` names a folder of the host: a host-side `git stash --include-untracked` would move its
     files into the clone's stash (deleting them there)."""

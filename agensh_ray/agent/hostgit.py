@@ -29,7 +29,6 @@ then is the host's own (the seed, git's templates, a config git has just written
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -109,8 +108,8 @@ def sandboxed_argv(workdir: Path, argv: list[str], env: dict[str, str], run_dir:
 
 def run_on_clone(workdir: Path, args: list[str], env: dict[str, str], *, sandboxed: bool, run_dir: Path | None,
                  read_only_inside: list[Path] = (), timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run `git <args>` on the clone at `workdir` (never raises for git's exit status; OSError and TimeoutExpired
-    do). In its sandbox when `sandboxed` (with a private empty HOME), inert either way."""
+    """Run `git <args>` on the clone at `workdir`: never raises for git's exit status or a timeout (exit 124),
+    only OSError. In its sandbox when `sandboxed` (with a private empty HOME), inert either way."""
     env = inert_env(env)
     argv = clone_argv(workdir, args)
     if sandboxed:
@@ -119,8 +118,11 @@ def run_on_clone(workdir: Path, args: list[str], env: dict[str, str], *, sandbox
         argv = sandboxed_argv(workdir, argv, env, run_dir, read_only_inside)
     else:
         env.pop("XDG_CONFIG_HOME", None)
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
-                          cwd=str(workdir) if Path(workdir).is_dir() else os.getcwd(), check=False)
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                              cwd=str(workdir) if Path(workdir).is_dir() else None, check=False)
+    except subprocess.TimeoutExpired:  # a filter that never ends: killed with its sandbox (--die-with-parent)
+        return subprocess.CompletedProcess(argv, 124, "", f"git {args[0]} timed out after {timeout:.0f} s")
 
 
 def host_argv(args: list[str]) -> list[str]:
