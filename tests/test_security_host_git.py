@@ -315,9 +315,12 @@ def test_fingerprint_sees_every_kind_of_work_and_not_a_status(tmp_path, git_env)
     changed()
 
 
-def test_the_seed_mirror_holds_no_forge_token(tmp_path, monkeypatch):
-    """A demo-like host against the embedded forge: the seed mirror is made, then refreshed; no file under it
-    holds a worker's token, and the worker's clone still reaches the forge with its own."""
+def test_the_seed_mirror_and_the_score_clone_hold_no_forge_token(tmp_path, monkeypatch):
+    """A demo-like run against the embedded forge: a host's seed mirror is made, then refreshed, and the
+    checkpoints' score clone is made, then fetched into; no file under them holds a token (before: the seed's
+    and the score clone's config kept the URL they were cloned from, the score clone's with the admin's token).
+    Each worker's clone still reaches the forge with its own token."""
+    from agensh_ray.task.checkpoint import fetch_main, main_commit
     from services.forge.embedded.forge import EmbeddedForge
 
     starter = tmp_path / "starter"
@@ -328,14 +331,20 @@ def test_the_seed_mirror_holds_no_forge_token(tmp_path, monkeypatch):
     try:
         forge.init_repo(starter, "Build", "the thing")
         tokens = {w: forge.add_user(w) for w in ("w001", "w002")}
+        forge.add_user("admin")
         run = tmp_path / "run"
         wd = Workdirs(run, "h000")
         monkeypatch.setattr(workdir_module, "SEED_MAX_AGE_S", 0.0)  # the second worker refreshes the seed
         for w in tokens:
             base = run / "workers" / w
             wd.prepare(w, base / "repo", base / "home", forge.clone_url(w))
+        admin = forge.clone_url("admin")
+        tokens["admin"] = admin.split("@")[0].rsplit(":", 1)[1]
+        score = run / "score" / "main"
+        first = fetch_main(score, admin)
+        assert fetch_main(score, admin) == first == main_commit(admin)
         leaks = []
-        for p in (run / "workers" / "_h000").rglob("*"):
+        for p in [*(run / "workers" / "_h000").rglob("*"), *score.rglob("*")]:
             if p.is_file() and not p.is_symlink():
                 data = p.read_bytes()
                 leaks += [(str(p), w) for w, t in tokens.items() if t.encode() in data]

@@ -29,9 +29,11 @@ then is the host's own (the seed, git's templates, a config git has just written
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from agensh_ray.agent.sandbox import SandboxPolicy, bwrap_argv
 
@@ -129,3 +131,16 @@ def host_argv(args: list[str]) -> list[str]:
     """`git <args>` run on the host on repositories the host made (the seed, a clone from it, the checkpoint's
     clone): every fixed-key program off, transports allowed."""
     return [git_binary(), "--no-pager", *config_args(transport=True), *args]
+
+
+def url_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """`url` without its user and token, and the environment that gives them to git as a Basic-auth header:
+    git writes the URL a repository is cloned from into its config (where a token would outlive the run); a
+    header given through the environment it writes nowhere, nor shows in the process list."""
+    u = urlsplit(url)
+    if u.username is None and u.password is None:
+        return url, {}
+    basic = base64.b64encode(f"{unquote(u.username or '')}:{unquote(u.password or '')}".encode()).decode()
+    bare = urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, u.query, u.fragment))
+    return bare, {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                  "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"}

@@ -15,7 +15,6 @@ clone's `.git` and the worker's HOME are its agent's to write, and whatever they
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import shutil
@@ -24,7 +23,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from agensh_ray.agent import hostgit
 from agensh_ray.agent.harness import Harness
@@ -44,18 +42,6 @@ def _git(args: list[str], env: dict[str, str], credentials: dict[str, str] | Non
                          env={**hostgit.inert_env(env), **(credentials or {})}, timeout=300, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"git {' '.join(args[:2])} failed: {res.stderr.strip()[-500:]}")
-
-
-def _credentials(url: str) -> tuple[str, dict[str, str]]:
-    """`url` without its user and token, and the environment that gives them to git as a Basic-auth header
-    (git writes an URL's credentials into the config of a repository cloned from it; a header it never writes)."""
-    u = urlsplit(url)
-    if u.username is None and u.password is None:
-        return url, {}
-    basic = base64.b64encode(f"{unquote(u.username or '')}:{unquote(u.password or '')}".encode()).decode()
-    bare = urlunsplit((u.scheme, u.netloc.rpartition("@")[2], u.path, u.query, u.fragment))
-    return bare, {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
-                  "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"}
 
 
 def _on_clone(workdir: Path, args: list[str], env: dict[str, str], sandboxed: bool, run_dir: Path,
@@ -181,7 +167,7 @@ class Workdirs:
                 leftover.rename(aside / leftover.name)
             log.warning("%s: %s held no clone to go on from; its files are in %s", worker_id, workdir, aside)
         seed = self.seed
-        seed_url, credentials = _credentials(clone_url)
+        seed_url, credentials = hostgit.url_credentials(clone_url)
         with self._lock:
             if not seed.exists():
                 # cloned beside it and renamed: a host killed mid-clone never leaves a partial seed under its name
