@@ -80,16 +80,22 @@ def test_a_kept_clone_keeps_the_workers_commit_and_gets_back_an_origin_it_remove
 
 
 def test_a_clone_git_cannot_read_is_never_taken_for_no_clone(tmp_path, forge_repo):
-    """The worker's HOME holds a broken .gitconfig (its agent can write there): every git command fails, yet
-    its clone with an unpushed commit is kept (the failure is said), never cleared and cloned again."""
+    """The clone's own .git/config is broken (its agent can write there): every git command on it fails, yet
+    the clone with an unpushed commit is kept (the failure is said), never cleared and cloned again. A broken
+    .gitconfig in the worker's HOME no longer matters: the host's git reads nothing of that HOME."""
     run, home = tmp_path / "run", tmp_path / "w001-home"
     workdir, mine = _clone_with_unpushed_work(run, home, forge_repo)
     git("pack-refs", "--all", cwd=workdir, home=home)  # every ref in packed-refs only, as after a gc
     (home / ".gitconfig").write_text("[broken\n")
+    Workdirs(run, "h000").prepare("w001", workdir, home, forge_repo)
+    (home / ".gitconfig").unlink()
+    config = workdir / ".git" / "config"
+    good = config.read_text()
+    config.write_text("[broken\n")
     assert Workdirs.kept(workdir)
     with pytest.raises(RuntimeError, match="bad config"):
         Workdirs(run, "h000").prepare("w001", workdir, home, forge_repo)
-    (home / ".gitconfig").unlink()
+    config.write_text(good)
     assert git("rev-parse", "HEAD", cwd=workdir, home=home) == mine and (workdir / "work.py").exists()
 
 

@@ -56,6 +56,7 @@ from pathlib import Path
 from programbench.eval.eval import EvaluationResult
 from programbench.utils.load_data import get_active_branches, get_ignored_tests
 
+from agensh_ray.agent import hostgit
 from agensh_ray.task.base import Task
 from agensh_ray.task.evaluate import ScoreSummary, found_runner_files, runner_files_checked, with_strict
 from agensh_ray.trace import ScoreRow, TestResultRow, TraceWriter
@@ -65,9 +66,32 @@ log = logging.getLogger("agensh.checkpoint")
 FINAL_SUBMISSION = "submission.tar.gz"
 
 
-def _git(args: list[str], cwd: Path | None = None) -> str:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-    return subprocess.run(["git", *args], cwd=cwd, check=True, env=env, capture_output=True, text=True).stdout
+def _git(args: list[str], cwd: Path | None = None, clone_url: str | None = None) -> str:
+    """git on the run's score clone: it checks out the workers' pushed trees, whose `.gitattributes` may name a
+    filter or diff driver, so it reads no user or system configuration (where one could be defined: git-lfs's)
+    and runs no hook, fsmonitor or other configured program (agensh_ray/agent/hostgit.py). `clone_url`'s
+    credentials, if any, go through the environment (`{url}` in `args` is its URL without them)."""
+    env = hostgit.inert_env(dict(os.environ))
+    if clone_url is not None:
+        bare, credentials = hostgit.url_credentials(clone_url)
+        env.update(credentials)
+        args = [bare if a == "{url}" else a for a in args]
+    return subprocess.run(hostgit.host_argv(args), cwd=cwd, check=True, env=env, capture_output=True,
+                          text=True).stdout
+
+
+def fetch_main(repo: Path, clone_url: str) -> str:
+    """The forge's main into the score clone at `repo` (cloned the first time, else fetched and reset): its
+    commit. The clone's config keeps the URL without its token."""
+    if (repo / ".git").exists():
+        _git(["-C", str(repo), "remote", "set-url", "origin", "{url}"], clone_url=clone_url)  # no token kept
+        _git(["-C", str(repo), "fetch", "-q", "{url}", "+refs/heads/main:refs/remotes/origin/main"],
+             clone_url=clone_url)
+        _git(["-C", str(repo), "reset", "-q", "--hard", "origin/main"])
+    else:
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        _git(["clone", "-q", "{url}", str(repo)], clone_url=clone_url)
+    return _git(["-C", str(repo), "rev-parse", "HEAD"]).strip()
 
 
 def lower_thread_priority(nice: int) -> None:
@@ -85,7 +109,7 @@ def lower_thread_priority(nice: int) -> None:
 def main_commit(clone_url: str) -> str | None:
     """The forge's main commit now (`git ls-remote`: one request, nothing fetched), None if it cannot be read."""
     try:
-        out = _git(["ls-remote", clone_url, "refs/heads/main"])
+        out = _git(["ls-remote", "{url}", "refs/heads/main"], clone_url=clone_url)
     except subprocess.CalledProcessError:
         return None
     return out.split()[0] if out.strip() else None
@@ -184,13 +208,7 @@ class Checkpoints:
             t0 = time.time()
             schedule_s = (t0 - self.start_wall) * self.time_scale
             repo = self.run_dir / "score" / "main"
-            if (repo / ".git").exists():
-                _git(["-C", str(repo), "fetch", "-q", clone_url, "+refs/heads/main:refs/remotes/origin/main"])
-                _git(["-C", str(repo), "reset", "-q", "--hard", "origin/main"])
-            else:
-                repo.parent.mkdir(parents=True, exist_ok=True)
-                _git(["clone", "-q", clone_url, str(repo)])
-            commit = _git(["-C", str(repo), "rev-parse", "HEAD"]).strip()
+            commit = fetch_main(repo, clone_url)
             self._running_commit = commit
             try:
                 return self._score(label, commit, repo, schedule_s, t0, cancel)

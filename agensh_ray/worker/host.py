@@ -101,7 +101,7 @@ class WorkerHost:
         for w in worker_ids:
             base = self.run_dir / "workers" / w
             self.workers[w] = Worker(self, w, secrets.token_hex(8), base / "repo", base / "home")
-        self.workdirs = Workdirs(self.run_dir, host_id)
+        self.workdirs = Workdirs(self.run_dir, host_id, sandboxed=cfg.sandbox.enabled)
         self.backend = ToolsBackend(self)
         self.tools = ToolServer(self.backend, without=cfg.tools_off)
         self.shared = self.harness.name == "sim" and len(worker_ids) > 1

@@ -5,7 +5,12 @@ git commands run with, and the sandbox that confines the agent to them.
 One network fetch per host: the first worker's clone fills a seed mirror
 (refreshed when older than SEED_MAX_AGE_S), and every worker of the host then
 clones the seed locally (hardlinks) and points origin at the forge with its own
-token. 64 workers of a node thus cost one transfer from the forge, not 64.
+token. 64 workers of a node thus cost one transfer from the forge, not 64. The seed mirror keeps no token: its
+fetches send the credential as a header given through the environment.
+
+git on a worker's clone (its remote set, a dead host's merge aborted and changes stashed) runs in a one-shot
+sandbox like its agent's, with the repository's configuration made inert (agensh_ray/agent/hostgit.py): the
+clone's `.git` and the worker's HOME are its agent's to write, and whatever they name must never run on the host.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from agensh_ray.agent import hostgit
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.limits import mib
 from agensh_ray.agent.sandbox import SandboxPolicy
@@ -33,18 +39,27 @@ SEED_MAX_AGE_S = 30.0
 GIT_IDENTITY = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
 
 
-def _git(args: list[str], env: dict[str, str]) -> None:
-    res = subprocess.run(["git", *args], capture_output=True, text=True, env=env, timeout=300)
+def _git(args: list[str], env: dict[str, str], credentials: dict[str, str] | None = None) -> None:
+    """git on a repository the host made (the seed mirror, a clone of it being made), inert (hostgit.py)."""
+    res = subprocess.run(hostgit.host_argv(args), capture_output=True, text=True,
+                         env={**hostgit.inert_env(env), **(credentials or {})}, timeout=300, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"git {' '.join(args[:2])} failed: {res.stderr.strip()[-500:]}")
 
 
-def _set_origin(workdir: Path, url: str, env: dict[str, str]) -> None:
+def _on_clone(workdir: Path, args: list[str], env: dict[str, str], sandboxed: bool, run_dir: Path,
+              timeout: float = 120) -> subprocess.CompletedProcess:
+    """git on a worker's clone: in a one-shot sandbox like its agent's (when the run is sandboxed), inert."""
+    return hostgit.run_on_clone(workdir, args, env, sandboxed=sandboxed, run_dir=run_dir,
+                                read_only_inside=[workdir / REFERENCE_DIR], timeout=timeout)
+
+
+def _set_origin(workdir: Path, url: str, env: dict[str, str], sandboxed: bool, run_dir: Path) -> None:
     """Point the clone's `origin` at `url`, adding it again if the worker removed it."""
-    try:
-        _git(["-C", str(workdir), "remote", "set-url", "origin", url], env)
-    except RuntimeError:
-        _git(["-C", str(workdir), "remote", "add", "origin", url], env)
+    if _on_clone(workdir, ["remote", "set-url", "origin", url], env, sandboxed, run_dir).returncode != 0:
+        res = _on_clone(workdir, ["remote", "add", "origin", url], env, sandboxed, run_dir)
+        if res.returncode != 0:
+            raise RuntimeError(f"git remote add failed: {res.stderr.strip()[-500:]}")
 
 
 def _regular(name: str, dir_fd: int) -> bool:
@@ -157,7 +172,10 @@ def sandbox_policy(cfg: RunConfig, harness: Harness, env: dict[str, str], *, wri
 class Workdirs:
     """The clones of one host's workers (thread-safe: clones run in threads)."""
 
-    def __init__(self, run_dir: Path, host_id: str):
+    def __init__(self, run_dir: Path, host_id: str, sandboxed: bool = True):
+        self.run_dir = Path(run_dir)
+        self.sandboxed = sandboxed
+        """git on a clone runs in a one-shot sandbox (the run's `sandbox.enabled`); inert either way."""
         self.seed = Path(run_dir) / "workers" / f"_{host_id}" / "seed.git"
         self.references = Path(run_dir) / REFERENCE_DIR
         self._lock = threading.Lock()
@@ -172,7 +190,7 @@ class Workdirs:
         home.mkdir(parents=True, exist_ok=True)
         env = clone_env(worker_id, workdir, home)
         if self.kept(workdir):
-            _set_origin(workdir, clone_url, env)
+            _set_origin(workdir, clone_url, env, self.sandboxed, self.run_dir)
             self.install_references(workdir)
             return
         if workdir.is_dir() and any(workdir.iterdir()):
@@ -182,21 +200,22 @@ class Workdirs:
                 leftover.rename(aside / leftover.name)
             log.warning("%s: %s held no clone to go on from; its files are in %s", worker_id, workdir, aside)
         seed = self.seed
+        seed_url, credentials = hostgit.url_credentials(clone_url)
         with self._lock:
             if not seed.exists():
                 # cloned beside it and renamed: a host killed mid-clone never leaves a partial seed under its name
                 partial = seed.with_name(seed.name + ".partial")
                 shutil.rmtree(partial, ignore_errors=True)
                 seed.parent.mkdir(parents=True, exist_ok=True)
-                _git(["clone", "-q", "--mirror", clone_url, str(partial)], env)
+                _git(["clone", "-q", "--mirror", seed_url, str(partial)], env, credentials)
                 partial.rename(seed)
                 self._seed_at = time.monotonic()
             elif time.monotonic() - self._seed_at > SEED_MAX_AGE_S:
-                _git(["-C", str(seed), "remote", "set-url", "origin", clone_url], env)
-                _git(["-C", str(seed), "fetch", "-q", "--prune", "origin"], env)
+                _git(["-C", str(seed), "remote", "set-url", "origin", seed_url], env)
+                _git(["-C", str(seed), "fetch", "-q", "--prune", "origin"], env, credentials)
                 self._seed_at = time.monotonic()
         _git(["clone", "-q", str(seed), str(workdir)], env)
-        _set_origin(workdir, clone_url, env)
+        _set_origin(workdir, clone_url, env, self.sandboxed, self.run_dir)
         self.install_references(workdir)
 
     @staticmethod
@@ -237,15 +256,12 @@ class Workdirs:
         for op, marker in (("merge", "MERGE_HEAD"), ("rebase", "rebase-merge"), ("rebase", "rebase-apply"),
                            ("cherry-pick", "CHERRY_PICK_HEAD")):
             if (git_dir / marker).exists():
-                res = subprocess.run(["git", "-C", str(workdir), op, "--abort"], capture_output=True, text=True,
-                                     env=env, timeout=120)
+                res = _on_clone(workdir, [op, "--abort"], env, self.sandboxed, self.run_dir)
                 done.append(f"aborted the {op} in progress" + ("" if res.returncode == 0 else " (failed)"))
-        status = subprocess.run(["git", "-C", str(workdir), "status", "--porcelain"], capture_output=True, text=True,
-                                env=env, timeout=120)
+        status = _on_clone(workdir, ["status", "--porcelain"], env, self.sandboxed, self.run_dir)
         if status.returncode == 0 and status.stdout.strip():
-            res = subprocess.run(["git", "-C", str(workdir), "stash", "push", "--include-untracked", "-m",
-                                  "uncommitted when the worker's host died"], capture_output=True, text=True,
-                                 env=env, timeout=120)
+            res = _on_clone(workdir, ["stash", "push", "--include-untracked", "-m",
+                                      "uncommitted when the worker's host died"], env, self.sandboxed, self.run_dir)
             done.append("stashed the uncommitted changes (git stash list; git stash pop to get them back)"
                         if res.returncode == 0 else f"could not stash the uncommitted changes: {res.stderr.strip()[-200:]}")
         return "; ".join(done)
