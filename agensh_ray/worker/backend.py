@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from agensh_ray.board import BoardLimits
 from agensh_ray.errors import AGENT_REFUSALS, ToolFailure
-from agensh_ray.inputs import whole_number
+from agensh_ray.inputs import forge_text_problem, whole_number
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
 from agensh_ray.render import fmt_issue, render
 from agensh_ray.trace import ToolCallRow
@@ -33,6 +33,14 @@ with its own range)."""
 def _arg(value: object, name: str, hi: int | None = None) -> int:
     """A tool's whole-number argument, 1 to `hi`, or a ToolFailure naming it and its range."""
     return whole_number(value, name, 1, hi, ToolFailure)
+
+
+def _forge_texts(**texts: object) -> None:
+    """A ToolFailure if a forge text is past its limit (the forge refuses it in the same words; checked here
+    first, so a long text never crosses to the forge actor)."""
+    for kind, text in texts.items():
+        if (bad := forge_text_problem(kind, text)) is not None:
+            raise ToolFailure(bad)
 
 
 def _plain(exc: BaseException) -> str:
@@ -109,6 +117,7 @@ class ToolsBackend:
 
     # -- forge ----------------------------------------------------------------------------
     async def pr_create(self, worker: str, head: str, title: str, body: str) -> PullRequest:
+        _forge_texts(title=title, body=body, head=head)
         return await self._call(self.services.forge.pr_create(worker, head, title, body))
 
     async def pr_list(self, worker: str, state: str) -> list[PullRequest]:
@@ -122,9 +131,11 @@ class ToolsBackend:
     async def pr_review(self, worker: str, number: int, verdict: str, body: str) -> PullRequest:
         if verdict not in VERDICTS:
             raise ToolFailure(f"verdict must be approve, comment or request_changes, not {verdict!r}")
+        _forge_texts(review=body)
         return await self._call(self.services.forge.pr_review(_arg(number, "number"), worker, verdict, body))
 
     async def pr_comment(self, worker: str, number: int, body: str) -> PullRequest:
+        _forge_texts(comment=body)
         return await self._call(self.services.forge.pr_comment(_arg(number, "number"), worker, body))
 
     async def pr_merge(self, worker: str, number: int) -> PullRequest:
