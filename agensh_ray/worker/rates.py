@@ -11,10 +11,16 @@ refused or not, costs the host an MCP request. So a worker's calls on a host are
 
 Rates are per wall second (`time.monotonic`): they protect the machine, whose capacity is wall time.
 
-Measured (tests/test_security_rates.py, a 2-core machine shared with other jobs, so noisy): a worker
-flooding `board_write` with 16 calls in flight made 91 writes a second and moved another worker's board-write
-p99 at its agent from 42 ms to 796 ms; with the default rates it makes 5 writes a second (and a few
-refusals) and the other's p99 stays within 2x of its quiet value.
+Measured (tests/test_security_rates.py: one host, two sandboxed scripted agents, latency at the agent; a
+2-core machine shared with other jobs, so noisy): a worker flooding `board_write` with 16 calls in flight made
+27-30 writes a second and moved the other worker's board-write p99 from 117 to 612 ms (263 to 733 ms in a
+second run); with the default rates it made 5 writes a second and ~3 refused calls, and the other's p99 went
+from 166 to 173 ms (250 to 187 ms). The sim at 600x (five times the demo's scale) wrote at most 2 board
+entries in a second and 5 in ten per worker: nothing waited.
+
+Fairness at the board itself is left to these buckets: the board's group commit (and the host's write
+coalescer) take everything queued in each round, so a write waits at most for the commit in flight and its
+own, whoever else writes; what a flood adds there is bounded by the rates of the workers of every host.
 """
 
 from __future__ import annotations
