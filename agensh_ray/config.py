@@ -215,6 +215,42 @@ class SandboxConfig(BaseModel):
     """Per-worker resource limits (None: none, as before issue 27)."""
 
 
+class WriteRate(BaseModel):
+    """One kind of write's limit, per worker: a token bucket of `burst` tokens refilled at `per_s`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    per_s: float = Field(gt=0)
+    """Sustained writes per wall second."""
+    burst: int = Field(ge=1)
+    """Writes that may come at once after a quiet spell."""
+
+
+class WriteRatesConfig(BaseModel):
+    """Per-worker write rates on the board, the chat and the forge (agensh_ray/worker/rates.py): a worker
+    writing faster than its rate waits for its turn at its own tool call, so a flooding worker slows itself,
+    not the others. Per **wall** second, whatever `time_scale`: the limit protects the machine (the host's
+    event loop, the board's group commit, the forge's git), whose capacity is counted in wall time.
+
+    The defaults are far above what agents write: the sim at the demo's 120x wrote at most 3 board
+    entries in a second and 6 in ten per worker, a model-driven agent a few a minute. A write that would
+    wait more than `max_wait_s` (many calls at once) is refused after that wait, with a message that says
+    the rate; a worker that keeps one call at a time waits at most 1/`per_s` and is never refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    board: WriteRate = Field(default_factory=lambda: WriteRate(per_s=5, burst=30))
+    """`board_write`."""
+    chat: WriteRate = Field(default_factory=lambda: WriteRate(per_s=2, burst=20))
+    """`send_dm`, `channel_post`."""
+    forge: WriteRate = Field(default_factory=lambda: WriteRate(per_s=1, burst=10))
+    """`pr_create`, `pr_review`, `pr_comment`, `pr_merge` (each runs git or a state-log write on the forge)."""
+    max_wait_s: float = Field(2.0, gt=0)
+    """Longest a write waits for its turn (wall seconds); one that would wait longer is refused, after
+    waiting this long (an immediate refusal would let a flooding agent call again at once)."""
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -302,6 +338,7 @@ class RunConfig(BaseModel):
     services: ServicesConfig = Field(default_factory=ServicesConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    write_rates: WriteRatesConfig = Field(default_factory=WriteRatesConfig)
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

@@ -1,5 +1,6 @@
-"""What every boundary checks in the values an agent gives it: whole numbers in their range, and texts
-that cannot pass for something else.
+"""What every boundary checks in the values an agent gives it: whole numbers in their range, texts
+that cannot pass for something else, and the forge texts' sizes (`FORGE_TEXTS`; the board's are in
+`agensh_ray.board.limits`, the chat's in `services/chat/rules.py`).
 
 A worker's text reaches every other worker, so it must not be able to look like a line the system
 wrote (a board entry, a DM) or act on a reader's terminal. Two kinds of field:
@@ -73,6 +74,36 @@ def escape_all_controls(text: str) -> str:
     if _ANY_CONTROL.search(text) is None:
         return text
     return _ANY_CONTROL.sub(_esc, text)
+
+
+PR_TITLE_MAX = 200
+"""Longest PR title, in characters (one line in every PR list; Gitea's own limit is 255)."""
+PR_TEXT_MAX = 65_536
+"""Longest PR body, review body or comment, in characters (64 KiB of ASCII: pages of prose; a log or a diff
+belongs in a file on the branch). A 1 MB body was accepted and grew the forge's state log by 1 MB."""
+BRANCH_NAME_MAX = 200
+"""Longest branch name a PR may name, in characters (a name is echoed in refusals and kept in the PR)."""
+FORGE_TEXTS: dict[str, tuple[str, int, str]] = {
+    "title": ("a PR title", PR_TITLE_MAX, "put the rest in the body"),
+    "body": ("the PR body", PR_TEXT_MAX, "put long material in a file on your branch and name it"),
+    "review": ("the review body", PR_TEXT_MAX, "say the gist; put long material in a file on your branch"),
+    "comment": ("the comment", PR_TEXT_MAX, "say the gist; put long material in a file on your branch"),
+    "head": ("the head branch name", BRANCH_NAME_MAX, "name it <your id>/<topic>"),
+    "base": ("the base branch name", BRANCH_NAME_MAX, "PRs target main"),
+}
+"""Each forge text an agent writes: how a refusal names it, its limit, and what to do instead. Both forges
+refuse past the limit (services/forge/rules.py) and the tools check first (agensh_ray/worker/backend.py), so
+a long text never crosses to the forge actor; same words either way."""
+
+
+def forge_text_problem(kind: str, text: object) -> str | None:
+    """None if `text` (a "title", "body", "review", "comment", a "head" or "base" branch name) is within its
+    limit, else the refusal
+    ("the PR body is 1,048,576 characters; the limit is 65,536 (put long material in ...)")."""
+    what, limit, hint = FORGE_TEXTS[kind]
+    if isinstance(text, str) and len(text) > limit:
+        return f"{what} is {len(text):,} characters; the limit is {limit:,} ({hint})"
+    return None
 
 
 def whole_number(value: Any, name: str, lo: int, hi: int | None, error: type[Exception]) -> int:

@@ -38,6 +38,23 @@ def test_branch_names_are_normalised_and_checked():
         rules.branch_name("a b", "head", well_formed=lambda name: " " not in name)
     with pytest.raises(ForgeError, match="^'-x' is not a valid branch name$"):
         rules.branch_name("-x", "head", well_formed=lambda name: True)
+    assert rules.branch_name("w001/" + "x" * 195, "head") == "w001/" + "x" * 195
+    with pytest.raises(ForgeError, match=r"^the base branch name is 201 characters; the limit is 200 \(PRs target"):
+        rules.branch_name("x" * 201, "base")
+
+
+def test_pr_texts_are_bounded():
+    rules.check_title("t" * 200)
+    rules.check_comment("c" * 65_536)
+    for kind in ("body", "review"):
+        rules.check_text(kind, "b" * 65_536)
+        rules.check_text(kind, "")
+        with pytest.raises(ForgeError, match="is 65,537 characters; the limit is 65,536 "):
+            rules.check_text(kind, "b" * 65_537)
+    with pytest.raises(ForgeError, match="^a PR title is 201 characters; the limit is 200 "):
+        rules.check_title("t" * 201)
+    with pytest.raises(ForgeError, match="^the comment is 65,537 characters; the limit is 65,536 "):
+        rules.check_comment("c" * 65_537)
 
 
 @pytest.mark.parametrize(

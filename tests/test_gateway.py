@@ -212,6 +212,36 @@ async def test_unknown_keys_are_refused_and_the_agents_key_never_reaches_the_pro
     assert rig.rows()[0]["status"] == "ok"
 
 
+MAC = "0" * 31  # a virtual key's MAC is 32 hex digits; each malformed key below has one that is not
+
+
+@pytest.mark.security
+async def test_every_malformed_key_gets_401_never_a_500(openai_fake, tmp_path):
+    """Keys as a hostile agent may send them, in a header (raw bytes: not ASCII, not UTF-8; a control character
+    there is aiohttp's 400 before the gateway sees it) or in `?key=` (percent-encoded, controls too): a non-ASCII
+    MAC made `hmac.compare_digest` raise, and the agent got a 500."""
+    fake = openai_fake(SAY)
+    headers = [b"agensh-w001-" + MAC.encode() + b"\xc3\xa9", b"agensh-w001-\xe9" * 3,
+               b"agensh-w001-\xff\xfe" + b"0" * 30, b"agensh-w\xc3\xa9-" + MAC.encode() + b"0", b"agensh-w001-",
+               b"agensh--", b"agensh-", b"agensh-w001", b"agensh-w001-" + b"0" * 4000,
+               "agensh-w001-".encode() + "é".encode() * 32]
+    queries = ["agensh-w001-" + MAC + "%C3%A9", "agensh-w001-%FF%FE" + "0" * 30, "agensh-w001-%00" + MAC,
+               "agensh-%01-" + "0" * 32, "agensh-%E2%80%AE-" + "0" * 32, "agensh-w001-" + "%C3%A9" * 32]
+    async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:
+        got = []
+        for key in headers:
+            for name in ("authorization", "x-api-key", "api-key"):
+                value = b"Bearer " + key if name == "authorization" else key
+                r = await rig.http.post(rig.base + "/chat/completions", json=chat("w001"), headers={name: value})
+                got.append((name, key, r.status_code, "unknown key" in r.text))
+        for key in queries:
+            r = await rig.http.post(rig.base + "/chat/completions?key=" + key, json=chat("w001"))
+            got.append(("?key=", key, r.status_code, "unknown key" in r.text))
+        ok = await rig.post("w001", chat("w001"))
+    assert [g for g in got if g[2:] != (401, True)] == []
+    assert ok.status_code == 200 and len(fake.requests) == 1  # no malformed key reached the provider
+
+
 async def test_a_call_waiting_for_room_is_cancelled_when_its_agent_hangs_up(openai_fake, tmp_path):
     script = Script(workers={"*": [Turn(steps=[Step(say="held", gate="hold")])]})
     fake = openai_fake(script)

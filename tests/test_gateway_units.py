@@ -263,6 +263,8 @@ def test_virtual_keys_are_checked_without_a_table_and_worthless_when_forged():
     assert VirtualKeys(b"t" * 32, "run1").worker_of(k) is None
     assert VirtualKeys(b"s" * 32, "run2").worker_of(k) is None
     assert keys.worker_of("sk-real-key") is None and keys.worker_of(None) is None
+    for bad in (k[:-1] + "é", k[:-2] + "\udcc3\udca9", k.upper(), k + "0", k[:-1], "agensh-" + k[-32:], "agensh--"):
+        assert keys.worker_of(bad) is None, bad  # malformed: refused, never raised on (hmac.compare_digest)
     assert presented_key({"authorization": f"Bearer {k}"}) == k
     assert presented_key({"x-api-key": k}) == k
     assert presented_key({}, f"alt=sse&key={k}") == k

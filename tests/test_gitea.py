@@ -201,6 +201,27 @@ def test_refusals_are_worded_for_the_agent(forge):
 
 
 @pytest.mark.security
+def test_megabyte_pr_texts_are_refused_before_gitea_sees_them(forge, tmp_path):
+    """The Gitea adapter refuses the same texts as the embedded forge, in the same words (the shared rules)."""
+    branch_with(forge, "w002", tmp_path, "w002/big", "big.txt", "big\n")
+    branch_with(forge, "w001", tmp_path, "w001/small", "small.txt", "small\n")
+    pr = forge.pr_create("w001", "w001/small", "Add small")
+    before = forge.pr_list("all")
+    mb = "x" * (1 << 20)
+    for attempt, says in (
+        (lambda: forge.pr_create("w002", "w002/big", mb), "a PR title is 1,048,576 characters; the limit is 200 "),
+        (lambda: forge.pr_create("w002", "w002/big", "Add big", mb), "the PR body is 1,048,576 characters; the "
+                                                                       "limit is 65,536 "),
+        (lambda: forge.pr_comment(pr.number, "w002", mb), "the comment is 1,048,576 characters; the limit is 65,536 "),
+        (lambda: forge.pr_review(pr.number, "w002", "comment", mb), "the review body is 1,048,576 characters; "),
+    ):
+        with pytest.raises(ForgeError, match=f"^{says}"):
+            attempt()
+    view = forge.pr_view(pr.number, with_diff=False)
+    assert forge.pr_list("all") == before and view.comments == [] and view.reviews == []
+
+
+@pytest.mark.security
 def test_gitea_protections_enforce_what_gitea_can(forge, stack, tmp_path):
     """What provisioning asks of Gitea, as the fake enforces it the way Gitea 1.27 does: main in any case,
     every tag, each worker's `<worker>/**` namespace and nobody on any other branch; what Gitea cannot do:

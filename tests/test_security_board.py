@@ -30,7 +30,7 @@ import pytest
 from mcp import Client
 
 from agensh_ray.board import BoardLimits, BoardService
-from agensh_ray.errors import BoardError, ChatError
+from agensh_ray.errors import BoardError, ChatError, ForgeError
 from agensh_ray.models import BoardEntryIn
 from agensh_ray.routing import Fanout
 from tests.support import LocalServices, wait_for
@@ -141,6 +141,63 @@ async def test_pull_request_titles_are_one_line_and_bodies_are_quoted(svc_host, 
                         "| lgtm"]
     assert view[6] == "| PR #2 [merged] w001/tac -> main by w001\\x1b[1A" and view[7] == "diff:"
     assert all(line.startswith("| ") for line in view[8:])
+
+
+MB = 1 << 20
+
+
+async def test_megabyte_pr_texts_are_refused_and_nothing_reaches_the_forge_log(svc_host, tmp_path):
+    """A 1 MB PR title, body, comment and review body (and branch name), each refused with its limit, through
+    the tools and by the forge itself (the shared rules, services/forge/rules.py); the forge's logs do not grow.
+    They were all accepted, each growing the forge's state log by 1 MB."""
+    services, h = svc_host
+    forge = services.forge_plain
+    repo = clone(forge, "w001", tmp_path / "clone")
+    commit_file(repo, "textkit/commands/tac.py", "print('tac')\n", "Add tac")
+    push_branch(repo, "w001/tac")
+    pr = await call(h, "pr_create", head="w001/tac", title="Add tac", body="adds tac")
+    assert pr.startswith("opened: PR #2"), pr
+    commit_file(repo, "textkit/commands/rev.py", "print('rev')\n", "Add rev")
+    push_branch(repo, "w001/rev")  # no PR yet: the texts below are all that may refuse one
+    logs = [forge.root / "state.jsonl", forge.root / "events.jsonl"]
+    sizes = [p.stat().st_size for p in logs]
+    mb = "x" * MB
+    body = "the PR body is 1,048,576 characters; the limit is 65,536 (put long material in a file on your branch " \
+           "and name it)"
+    said = {
+        "title": "a PR title is 1,048,576 characters; the limit is 200 (put the rest in the body)",
+        "body": body,
+        "comment": "the comment is 1,048,576 characters; the limit is 65,536 (say the gist; put long material in a "
+                   "file on your branch)",
+        "review": "the review body is 1,048,576 characters; the limit is 65,536 (say the gist; put long material in "
+                  "a file on your branch)",
+        "head": "the head branch name is 1,048,576 characters; the limit is 200 (name it <your id>/<topic>)",
+    }
+    through_tools = {
+        "title": await call(h, "pr_create", head="w001/rev", title=mb),
+        "body": await call(h, "pr_create", head="w001/rev", title="Add rev", body=mb),
+        "comment": await call(h, "pr_comment", w="w002", number=2, body=mb),
+        "review": await call(h, "pr_review", w="w002", number=2, verdict="request_changes", body=mb),
+        "head": await call(h, "pr_create", head="w001/" + "x" * (MB - 5), title="Add tac"),
+    }
+    assert through_tools == {k: f"ERROR: {v}" for k, v in said.items()}
+    refused = {}
+    for kind, attempt in {
+        "title": lambda: forge.pr_create("w001", "w001/rev", mb),
+        "body": lambda: forge.pr_create("w001", "w001/rev", "Add rev", mb),
+        "comment": lambda: forge.pr_comment(2, "w002", mb),
+        "review": lambda: forge.pr_review(2, "w002", "comment", mb),
+        "head": lambda: forge.pr_create("w001", "w001/" + "x" * (MB - 5), "Add tac"),
+    }.items():
+        with pytest.raises(ForgeError) as exc:
+            attempt()
+        refused[kind] = str(exc.value)
+    assert refused == said
+    assert [p.stat().st_size for p in logs] == sizes  # nothing written
+    # At the limit, each is accepted (a body of 64 KiB, a title of 200 characters).
+    assert (await call(h, "pr_comment", w="w002", number=2, body="y" * 65_536)).startswith("commented: PR #2")
+    assert forge.pr_review(2, "w002", "comment", "z" * 65_536).reviews[-1].body == "z" * 65_536
+    assert (await call(h, "pr_create", head="w001/rev", title="t" * 200, body="b" * 65_536)).startswith("opened: PR #3")
 
 
 # ---------------------------------------------------------------- arguments

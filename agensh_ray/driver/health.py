@@ -153,6 +153,8 @@ class Health:
             f"{st.get('idle', 0)} idle, {st.get('crashed', 0)} crashed, {st.get('turn_errors', 0)} turn errors, "
             f"{st.get('model_errors', 0)} model errors"
             + (f", {st['budget_stopped']} stopped at budget" if st.get("budget_stopped") else "")
+            + (f", {st.get('writes_waited', 0)} writes slowed and {st['writes_refused']} refused by the write rates"
+               if st.get("writes_refused") or st.get("writes_waited") else "")
             + f" | board {self._board_total} ({board or 'empty'}) | "
             f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}{model}{actors}"
         )

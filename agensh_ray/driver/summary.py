@@ -53,6 +53,8 @@ class Summary:
             "channel_posts": sum(m.to is None for m in msgs),
             "turn_errors": getattr(self, "_turn_errors", 0),
             "model_errors": getattr(self, "_last_status", {}).get("model_errors", 0),
+            "writes_waited": getattr(self, "_last_status", {}).get("writes_waited", 0),
+            "writes_refused": getattr(self, "_last_status", {}).get("writes_refused", 0),
             "model": self.cfg.model,
             "actors_restarted": self.watch.restarts,
             "driver_resumes": self.prior.resumes + 1 if self.prior is not None else 0,

@@ -58,6 +58,10 @@ class Step(BaseModel):
     """permission: the tool call's ACP kind (execute, edit, read, ...)."""
     seconds: float = 0.0
     """sleep: how long."""
+    repeat: int = 1
+    """mcp: make the call this many times (a flood), `concurrency` of them at once; each is logged as a `call`
+    (with its answer's first 200 characters), the step's result counts the answers by their first word."""
+    concurrency: int = 1
 
 
 class AgentScript(BaseModel):
@@ -113,10 +117,10 @@ class ScriptedAgent:
             try:
                 result = await self.run(session_id, s, step)
                 self.record(event="step", turn=n, step=i, do=step.do, ok=True, result=result,
-                            seconds=round(time.perf_counter() - began, 4))
+                            seconds=round(time.perf_counter() - began, 4), at=time.time())
             except Exception as exc:  # a refusal is a result too: the test asserts on it
                 self.record(event="step", turn=n, step=i, do=step.do, ok=False, result=f"{type(exc).__name__}: {exc}",
-                            seconds=round(time.perf_counter() - began, 4))
+                            seconds=round(time.perf_counter() - began, 4), at=time.time())
         return PromptResponse(stop_reason="end_turn")
 
     async def run(self, sid: str, s: dict[str, Any], step: Step) -> Any:
@@ -137,6 +141,8 @@ class ScriptedAgent:
 
                 s["mcp_cm"] = Client(s["mcp_url"], read_timeout_seconds=120)
                 s["mcp"] = await s["mcp_cm"].__aenter__()
+            if step.repeat > 1:
+                return await self.flood(s["mcp"], step)
             res = await s["mcp"].call_tool(step.tool, step.args)
             return "".join(getattr(c, "text", "") for c in res.content)
         if step.do == "terminal":
@@ -161,6 +167,28 @@ class ScriptedAgent:
         call = ToolCallUpdate(tool_call_id=uuid.uuid4().hex, title=step.text, kind=step.kind, raw_input=step.args)
         resp = await conn.request_permission(options=options, session_id=sid, tool_call=call)
         return getattr(resp.outcome, "option_id", None) or resp.outcome.outcome
+
+
+    async def flood(self, client, step: Step) -> dict[str, int]:
+        """`step`'s call `repeat` times, `concurrency` at once; the answers counted by their first word."""
+        left = iter(range(step.repeat))
+        counts: dict[str, int] = {}
+
+        async def one_at_a_time() -> None:
+            for k in left:
+                began = time.perf_counter()
+                try:
+                    res = await client.call_tool(step.tool, step.args)
+                    text, ok = "".join(getattr(c, "text", "") for c in res.content), True
+                except Exception as exc:  # noqa: BLE001 - logged as the answer
+                    text, ok = f"{type(exc).__name__}: {exc}", False
+                self.record(event="call", k=k, ok=ok, result=text[:200], seconds=round(time.perf_counter() - began, 4),
+                            at=time.time())
+                word = text.split(" ", 1)[0]
+                counts[word] = counts.get(word, 0) + 1
+
+        await asyncio.gather(*(one_at_a_time() for _ in range(max(1, step.concurrency))))
+        return counts
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,10 @@ Every service refusal (board, chat, forge, merge conflict) becomes a
 `ToolFailure` whose message the model reads as the tool result; urgent events
 queued for the caller ride along on every result (`pending_urgent`), which is
 how a DM or a new board entry reaches an agent mid-turn.
+
+Every write (board, chat, forge) first waits for its worker's turn under the
+run's write rates (`agensh_ray.worker.rates`), before anything else is done
+for it: a worker that writes too fast is slowed at its own calls.
 """
 
 from __future__ import annotations
@@ -14,11 +18,12 @@ from typing import TYPE_CHECKING
 
 from agensh_ray.board import BoardLimits
 from agensh_ray.errors import AGENT_REFUSALS, ToolFailure
-from agensh_ray.inputs import whole_number
+from agensh_ray.inputs import forge_text_problem, whole_number
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
 from agensh_ray.render import fmt_issue, render
 from agensh_ray.trace import ToolCallRow
 from agensh_ray.worker.keep_going import WORK_TOOLS
+from agensh_ray.worker.rates import WriteRates
 
 if TYPE_CHECKING:
     from agensh_ray.worker.host import WorkerHost
@@ -33,6 +38,14 @@ with its own range)."""
 def _arg(value: object, name: str, hi: int | None = None) -> int:
     """A tool's whole-number argument, 1 to `hi`, or a ToolFailure naming it and its range."""
     return whole_number(value, name, 1, hi, ToolFailure)
+
+
+def _forge_texts(**texts: object) -> None:
+    """A ToolFailure if a forge text is past its limit (the forge refuses it in the same words; checked here
+    first, so a long text never crosses to the forge actor)."""
+    for kind, text in texts.items():
+        if (bad := forge_text_problem(kind, text)) is not None:
+            raise ToolFailure(bad)
 
 
 def _plain(exc: BaseException) -> str:
@@ -50,6 +63,7 @@ class ToolsBackend:
     def __init__(self, host: WorkerHost):
         self.host = host
         self.services = host.services
+        self.rates = WriteRates(host.cfg.write_rates)
 
     # -- the server's own needs ---------------------------------------------------------
     def check_token(self, worker: str, token: str) -> bool:
@@ -79,6 +93,7 @@ class ToolsBackend:
 
     # -- board ----------------------------------------------------------------------------
     async def board_write(self, worker: str, type: str, text: str, detail: str | None) -> BoardEntry:
+        await self.rates.take(worker, "board_write")
         entry = await self._call(
             self.services.board.awrite(BoardEntryIn(type=type, text=text, detail=detail, worker_id=worker))
         )
@@ -99,9 +114,11 @@ class ToolsBackend:
 
     # -- chat -----------------------------------------------------------------------------
     async def send_dm(self, worker: str, to: str, text: str) -> ChatMessage:
+        await self.rates.take(worker, "send_dm")
         return await self._call(self.services.chat.dm(worker, to, text))
 
     async def channel_post(self, worker: str, text: str) -> ChatMessage:
+        await self.rates.take(worker, "channel_post")
         return await self._call(self.services.chat.post(worker, text))
 
     async def read_messages(self, worker: str, limit: int) -> list[ChatMessage]:
@@ -109,6 +126,8 @@ class ToolsBackend:
 
     # -- forge ----------------------------------------------------------------------------
     async def pr_create(self, worker: str, head: str, title: str, body: str) -> PullRequest:
+        await self.rates.take(worker, "pr_create")
+        _forge_texts(title=title, body=body, head=head)
         return await self._call(self.services.forge.pr_create(worker, head, title, body))
 
     async def pr_list(self, worker: str, state: str) -> list[PullRequest]:
@@ -120,14 +139,19 @@ class ToolsBackend:
         return await self._call(self.services.forge.pr_view(_arg(number, "number"), True))
 
     async def pr_review(self, worker: str, number: int, verdict: str, body: str) -> PullRequest:
+        await self.rates.take(worker, "pr_review")
         if verdict not in VERDICTS:
             raise ToolFailure(f"verdict must be approve, comment or request_changes, not {verdict!r}")
+        _forge_texts(review=body)
         return await self._call(self.services.forge.pr_review(_arg(number, "number"), worker, verdict, body))
 
     async def pr_comment(self, worker: str, number: int, body: str) -> PullRequest:
+        await self.rates.take(worker, "pr_comment")
+        _forge_texts(comment=body)
         return await self._call(self.services.forge.pr_comment(_arg(number, "number"), worker, body))
 
     async def pr_merge(self, worker: str, number: int) -> PullRequest:
+        await self.rates.take(worker, "pr_merge")
         return await self._call(self.services.forge.pr_merge(_arg(number, "number"), worker))
 
     async def issue_view(self, worker: str, number: int) -> str:

@@ -350,7 +350,8 @@ class WorkerHost:
     def status(self) -> dict[str, int]:
         """Counts the driver adds up over hosts. `took_turn`: workers that started a turn; `finished_turn`:
         workers that finished one or will take none (stopped); `last_turn_le_<N>s`: workers whose last
-        finished turn took at most N wall seconds (agensh_ray/stopping.py)."""
+        finished turn took at most N wall seconds (agensh_ray/stopping.py); `writes_waited` / `writes_refused`:
+        writes its workers' write rates held up or refused (agensh_ray/worker/rates.py)."""
         ws = self.workers.values()
         return {
             "launched": sum(w.launched for w in ws),
@@ -372,6 +373,8 @@ class WorkerHost:
             "finished_turn": sum(w.turns_finished > 0 or w.stopped for w in ws),
             **turn_buckets([w.last_turn_s for w in ws if w.turns_finished]),
             "queued": self.inbox.queued(),
+            "writes_waited": self.backend.rates.waited,
+            "writes_refused": self.backend.rates.refused,
         }
 
     def agent_pids(self) -> dict[str, int | None]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import get_args
 
 from agensh_ray.errors import ForgeError
-from agensh_ray.inputs import one_line_problem
+from agensh_ray.inputs import forge_text_problem, one_line_problem
 from agensh_ray.models import ReviewVerdict
 
 PROTECTED_BRANCH = "main"
@@ -53,6 +53,8 @@ def branch_name(name: object, what: str, *, strip_origin: bool = False,
     if not isinstance(name, str) or not name.strip():
         raise ForgeError(f"pr_create needs a {what} branch name")
     name = name.strip()
+    if (bad := forge_text_problem(what, name)) is not None:
+        raise ForgeError(bad)
     for prefix in (_HEADS, "origin/") if strip_origin else (_HEADS,):
         name = name.removeprefix(prefix)
     if well_formed is not None and (not well_formed(name) or name.startswith("-")):
@@ -135,9 +137,17 @@ def check_cursor(cursor: int) -> None:
         raise ForgeError(f"bad cursor {cursor}: use 0 for the beginning, else the last seq you saw")
 
 
+def check_text(kind: str, text: str | None) -> None:
+    """ForgeError if a PR text ("body", "review" or "comment"; "title" in `check_title`) is past its limit
+    (agensh_ray.inputs.FORGE_TEXTS)."""
+    if (bad := forge_text_problem(kind, text)) is not None:
+        raise ForgeError(bad)
+
+
 def check_title(title: str | None) -> None:
     if not title or not title.strip():
         raise ForgeError("give the PR a title that says what it changes")
+    check_text("title", title)
     if (bad := one_line_problem(title)) is not None:  # a title shows on one line, in every PR list
         raise ForgeError(f"a PR title is one line without control characters; it has {bad} (put the rest in the body)")
 
@@ -145,6 +155,7 @@ def check_title(title: str | None) -> None:
 def check_comment(body: str | None) -> None:
     if not body or not body.strip():
         raise ForgeError("empty comment: write something in the body")
+    check_text("comment", body)
 
 
 def check_head_is_not_base(head: str, base: str) -> None:

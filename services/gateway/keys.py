@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from urllib.parse import parse_qs
 
 PREFIX = "agensh-"
+MAC_HEX = 32
+"""Hex digits of a key's MAC."""
+_KEY = re.compile(rf"{PREFIX}([\x21-\x7e]{{1,128}})-([0-9a-f]{{{MAC_HEX}}})")
+"""The shape of every key `issue` makes: a worker id in visible ASCII, then 32 hex digits. Anything else is
+refused before any MAC is computed (`hmac.compare_digest` raises on a non-ASCII string: the agent got a 500)."""
 KEY_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
 
 
@@ -34,10 +40,11 @@ class VirtualKeys:
 
     def worker_of(self, key: str | None) -> str | None:
         """The worker a key was issued to, if it is genuine."""
-        if not key or not key.startswith(PREFIX):
+        m = _KEY.fullmatch(key) if isinstance(key, str) else None
+        if m is None:  # not a key of ours in shape: not ASCII, not hex, the wrong length, no worker
             return None
-        worker, _, mac = key[len(PREFIX):].rpartition("-")
-        if not worker or not hmac.compare_digest(mac, self._mac(worker)):
+        worker, mac = m.groups()
+        if not hmac.compare_digest(mac.encode(), self._mac(worker).encode()):
             return None
         return worker
 

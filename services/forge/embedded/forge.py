@@ -159,6 +159,7 @@ class EmbeddedForge:
             if not author:
                 raise ForgeError("pr_create needs an author (your worker id)")
             rules.check_title(title)
+            rules.check_text("body", body)
             head = rules.branch_name(head, "head", well_formed=self.git.well_formed_branch)
             base = rules.branch_name(base, "base", well_formed=self.git.well_formed_branch)
             base_sha = self.git.rev(f"refs/heads/{base}")
@@ -222,6 +223,7 @@ class EmbeddedForge:
 
     def pr_review(self, number: int, reviewer: str, verdict: ReviewVerdict, body: str = "") -> PullRequest:
         rules.check_verdict(verdict)
+        rules.check_text("review", body)
         if not reviewer:
             raise ForgeError("pr_review needs a reviewer (your worker id)")
         with self._lock:

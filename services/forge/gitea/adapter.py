@@ -233,6 +233,7 @@ class GiteaForge:
     def pr_create(self, author: str, head: str, title: str, body: str = "", base: str = "main") -> PullRequest:
         token = self._token(author)
         rules.check_title(title)
+        rules.check_text("body", body)
         head = rules.branch_name(head, "head", strip_origin=True)
         base = rules.branch_name(base, "base", strip_origin=True)
         rules.check_head_is_not_base(head, base)
@@ -256,6 +257,7 @@ class GiteaForge:
 
     def pr_review(self, number: int, reviewer: str, verdict: ReviewVerdict, body: str = "") -> PullRequest:
         rules.check_verdict(verdict)
+        rules.check_text("review", body)
         token = self._token(reviewer)
         pr = self._pr_json(number)
         state = "merged" if pr.get("merged") else pr.get("state")
