@@ -225,6 +225,9 @@ async def test_a_hostile_worker_is_confined_and_then_works_normally(tmp_path, gi
     assert forge_git(run_dir / "forge", "rev-parse", "w002/work") == w2_branch
     assert services.forge_plain.store.users["w002"] == w2_hash and services.forge_plain._authenticate("w002", w2_token)
     assert w2_token in (w2.workdir / ".git" / "config").read_text()
+    # The worker that ran keeps no token in its clone once its host stopped (its origin has the bare URL).
+    w1_config, w1_token = (w1.workdir / ".git" / "config").read_text(), services.forge_plain.credentials.token("w001")
+    assert w1_token and w1_token not in w1_config and "origin" in w1_config
     # Traced, and nothing of the sandbox outlives the host.
     rows = [r for f in (run_dir / "trace" / "lifecycle").glob("*.parquet") for r in pq.read_table(f).to_pylist()]
     refused = [r for r in rows if r["event"] == "refused"]

@@ -397,6 +397,13 @@ class WorkerHost:
             if w.session is not None and not w.closed:
                 await w.session.close()
                 w.lifecycle("stopped")
+        # No forge token left in a clone once its agent has stopped (a host killed outright leaves them: the
+        # run folder is the operator's, like the forge's own state).
+        forgets = [asyncio.to_thread(self.workdirs.forget_credentials, w.id, w.workdir, w.home, self.clone_urls[w.id])
+                   for w in self.workers.values() if w.launched]
+        for res in await asyncio.gather(*forgets, return_exceptions=True):
+            if isinstance(res, Exception):
+                log.warning("could not take a token out of a clone: %s", res)
         self.clock_changed()
         if self._clock_task:
             self._clock_task.cancel()

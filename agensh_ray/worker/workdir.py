@@ -218,6 +218,19 @@ class Workdirs:
         _set_origin(workdir, clone_url, env, self.sandboxed, self.run_dir)
         self.install_references(workdir)
 
+    def forget_credentials(self, worker_id: str, workdir: Path, home: Path, clone_url: str) -> None:
+        """The clone's `origin` without the worker's token, once its agent is gone (the run folder outlives the
+        run; a host that starts the worker again sets the full URL back in `prepare`). Best effort: a clone the
+        worker broke keeps whatever it holds, and a warning says so."""
+        if not self.kept(workdir):
+            return
+        bare, _ = hostgit.url_credentials(clone_url)
+        res = _on_clone(workdir, ["remote", "set-url", "origin", bare], clone_env(worker_id, workdir, home),
+                        self.sandboxed, self.run_dir, timeout=60)
+        if res.returncode != 0:
+            log.warning("%s: could not take the token out of %s/.git/config: %s", worker_id, workdir,
+                        res.stderr.strip()[-200:])
+
     @staticmethod
     def kept(workdir: Path) -> bool:
         """Is there a clone at `workdir` to go on from: a .git holding a HEAD and at least one ref, read off the
