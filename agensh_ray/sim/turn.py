@@ -422,21 +422,26 @@ class Turn:
         self.s.main_checked.add(sha)
         since = f"since main {base}" if base else "since the start"
         if not names:
-            text = f"main {sha} passes: no feature touched {since}"
-            await (self.note(type="FACT", text=text) if self.board else
-                   self.tool("channel_post", text=text) if self.chat else self.say(text))
+            await self.tell(f"main {sha} passes: no feature touched {since}")
             return
         await self.sh("git", "checkout", "-q", "--detach", "origin/main")
         rc, out = await self.sh(sys.executable, "checks/check.py", *names, check=False)
         failed = [l for l in out.splitlines() if l.startswith("FAIL")]
         what = f"{len(names)} of {len(touched)} feature(s) touched {since}"
         if rc == 0:
-            text = f"main {sha} passes the visible checks of {what}"[:100]
-            await (self.note(type="FACT", text=text, detail=" ".join(names)) if self.board else
-                   self.tool("channel_post", text=text) if self.chat else self.say(text))
+            await self.tell(f"main {sha} passes the visible checks of {what}"[:100])
         else:
             await self.note(type="FAIL", text=f"main {sha} fails {len(failed)} check(s) of {what}"[:100],
                             detail="\n".join(failed)[:4000])
+
+    async def tell(self, text: str) -> None:
+        """Tell everyone: the channel (every peer reads it at its next turn), else a FACT, else its own output."""
+        if self.chat:
+            await self.tool("channel_post", text=text)
+        elif self.board:
+            await self.note(type="FACT", text=text)
+        else:
+            await self.say(text)
 
     async def add_helper(self, name: str) -> None:
         """Write a shared helper's line just above its file's end mark, unless main has it already."""
