@@ -148,7 +148,7 @@ def sim_turn(tmp_path: Path, repo: Repo, task: Task, **cfg) -> tuple[Turn, Clien
     return Turn(agent, s), agent.conn
 
 
-def test_an_idle_checks_main_only_for_what_changed_since_the_newest_check(tmp_path, textkit):
+def test_an_idle_worker_checks_main_only_for_what_changed_since_the_newest_check(tmp_path, textkit):
     """First check: every registered feature; main unchanged: no check; one merge: that feature only; main
     reported checked by a peer: no check; more touched than `verify_sample`: a seeded sample of that many."""
     repo = Repo(tmp_path, textkit)
