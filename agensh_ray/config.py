@@ -73,13 +73,23 @@ class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     think_s: float = Field(20.0, ge=0)
-    """Schedule seconds the simulated agent 'thinks' before each step."""
+    """Median schedule seconds of one step (a model call and the tool calls it makes): each step's time is drawn
+    from a lognormal with this median (an LLM agent's: 30-60; the demo's: 20), cut at 10x the median."""
+    think_sigma: float = Field(0.5, ge=0, le=3)
+    """Spread of a step's time: the sigma of its logarithm (0: every step takes `think_s`; 0.5: a tenth of the
+    steps take over 1.9x the median; 1.0: over 3.6x)."""
+    lines_per_step: int = Field(10, ge=1)
+    """Lines of a sized feature (generated tasks) one step writes: s lines take ceil(s / lines_per_step) steps."""
     bug_rate: float = Field(0.25, ge=0, le=1)
     """Probability that a first implementation fails its check (a FAIL entry, then a fix)."""
     observe_rate: float = 0.3
     """Probability of posting an OBSERVED entry while studying a feature."""
     verify_main_rate: float = 1.0
-    """Probability that a worker with nothing left to claim checks main end to end and posts on the channel."""
+    """Probability that a worker with nothing left to claim checks main (when main changed since the newest
+    check of it this worker made or saw reported) and reports what it found."""
+    verify_sample: int = Field(4, ge=0)
+    """Most features such a check runs: of the features touched since that newest check (every registered one
+    when none), a seeded sample of this many when more (0: all of them)."""
 
 
 class ServicesConfig(BaseModel):

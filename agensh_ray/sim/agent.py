@@ -18,6 +18,8 @@ import logging
 import os
 import random
 import re
+import resource
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +35,8 @@ from acp.schema import (
 )
 
 from agensh_ray.sim.settings import SimSettings
-from agensh_ray.sim.turn import WORKER_RE, Cancelled, Turn
+from agensh_ray.sim.steps import StepClock
+from agensh_ray.sim.turn import MAIN_CHECK_RE, WORKER_RE, Cancelled, Turn
 from agensh_ray.task import Task
 
 log = logging.getLogger("agensh.sim")
@@ -65,8 +68,14 @@ class SimSession:
     """Features this session saw registered on main."""
     tools: frozenset[str] = frozenset()
     """The infra tools the run gives this agent (the MCP server's list; no board or chat in the baseline)."""
-    announced: bool = False
-    """Whether this session already checked main end to end and told the channel."""
+    clock: StepClock | None = None
+    """This worker's steps: their times from its own seeded stream, counted by kind (agensh_ray/sim/steps.py)."""
+    main_checked: set[str] = field(default_factory=set)
+    """Commits of main (12 hex digits) checked by this worker or reported checked by a peer (board or channel)."""
+    summaries: int = 0
+    """Features merged as this worker knew at its last gather (PATCH_SUMMARY entries, main's registries)."""
+    summaries_at_check: int = -1
+    """`summaries` when it last looked at main to check it (the same: main has not changed since)."""
     waits: int = 0
     """Steps this turn spent waiting for dependencies peers are building (generated tasks; turn.MAX_WAITS)."""
     handed_prs: list[tuple[int, str]] = field(default_factory=list)
@@ -82,6 +91,11 @@ class SimAgent:
         self.task = task
         self.conn = None
         self.sessions: dict[str, SimSession] = {}
+        self.steps = 0
+        """Steps taken by every session of this process (the stats line at each turn's end)."""
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        self.cpu_start = me.ru_utime + me.ru_stime
+        """CPU seconds this process had spent when it was ready (its imports), left out of the per-step figure."""
 
     def on_connect(self, conn) -> None:
         self.conn = conn
@@ -119,6 +133,8 @@ class SimAgent:
                 raise acp.RequestError.invalid_params({"prompt": "no 'worker id: wNNN' line in the first prompt"})
             s.worker = m.group(1)
             s.rng = random.Random(f"{self.settings.seed}:{s.worker}")
+            cfg = self.settings.config
+            s.clock = StepClock(self.settings.seed, s.worker, cfg.think_s, cfg.think_sigma)
             email = f"{s.worker}@agensh.invalid"
             # Git identity per session: one sim process may serve many workers.
             s.env = {**os.environ, "GIT_AUTHOR_NAME": os.environ.get("GIT_AUTHOR_NAME", s.worker),
@@ -133,7 +149,17 @@ class SimAgent:
             await Turn(self, s).run()
         except Cancelled:
             return PromptResponse(stop_reason="cancelled")
+        finally:
+            self.stats()
         return PromptResponse(stop_reason="end_turn")
+
+    def stats(self) -> None:
+        """One line on stderr (the agent's log in the run folder): this process's steps so far and its CPU
+        seconds, its own and its finished subprocesses' (git, the checks), to measure CPU per step."""
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        print(f"sim stats: pid {os.getpid()} steps {self.steps} cpu_self {me.ru_utime + me.ru_stime:.3f} "
+              f"cpu_children {kids.ru_utime + kids.ru_stime:.3f} cpu_start {self.cpu_start:.3f}",
+              file=sys.stderr, flush=True)
 
     async def _connect_mcp(self, s: SimSession) -> None:
         from mcp import Client
@@ -143,6 +169,7 @@ class SimAgent:
         s.tools = frozenset(t.name for t in (await s.mcp.list_tools()).tools)
 
     def _note_events(self, s: SimSession, text: str) -> None:
+        s.main_checked.update(MAIN_CHECK_RE.findall(text))  # a check of main reported (board, channel, its own)
         if "WIND-DOWN" in text:
             s.wind_down = True
         if "Resume your work" in text and s.worker:  # prompts/handoff.md: its PRs as render.fmt_pr lines

@@ -12,6 +12,17 @@ reads it), and "thinking" is a sleep. So a sim run measures the coordination
 machinery (collisions, conflicts, delivery, merge throughput), not the quality
 of an agent's work.
 
+It models an LLM agent's time (agensh_ray/sim/steps.py; README "Time"): work
+comes in steps (one model call and the tool calls it makes), each of a
+lognormal time (median `think_s`, sigma `think_sigma`, schedule seconds) from
+the worker's own seeded stream; every wake-up is a step (reading the prompt,
+the board and the DMs); a feature of s lines takes ceil(s / lines_per_step)
+steps to write; verification is proportional to the change: a builder checks
+its own feature, an idle worker checks main only when main changed since the
+newest check it made or saw reported, and then only the features touched
+since (a sample of `verify_sample` when more). It does not model tokens,
+rate limits or a step's time growing with the context.
+
 The knobs are the run config's `SimConfig` (agensh_ray.config: every field
 documented there); the worker host hands it to the sim process whole
 (AGENSH_SIM_CONFIG, JSON) with the run's seed and time scale.
@@ -27,16 +38,15 @@ from agensh_ray.config import SimConfig
 
 @dataclass(frozen=True)
 class SimSettings:
-    """What one sim process runs with: the run's `SimConfig`, its seed, and thinking time in wall seconds."""
+    """What one sim process runs with: the run's `SimConfig`, its seed, and its time scale (schedule s per wall s)."""
 
     config: SimConfig
     seed: int = 0
     time_scale: float = 1.0
 
-    @property
-    def think_s(self) -> float:
-        """Wall seconds per step."""
-        return self.config.think_s / self.time_scale
+    def wall_s(self, schedule_s: float) -> float:
+        """Wall seconds of `schedule_s` schedule seconds."""
+        return schedule_s / self.time_scale
 
     @classmethod
     def from_env(cls) -> SimSettings:

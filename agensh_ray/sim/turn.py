@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import acp
 
+from agensh_ray.sim.steps import features_touched, verify_plan, write_steps
+
 if TYPE_CHECKING:
     from agensh_ray.sim.agent import SimAgent, SimSession
 
@@ -37,8 +39,8 @@ MAX_ATTEMPTS = 2
 MAX_WAITS = 60
 """Steps a worker waits in one turn while every feature left is blocked on dependencies peers are building (a task
 with a dependency graph); then it ends its turn (the host's nudge brings it back)."""
-LINES_PER_STEP = 10
-"""Lines of a sized feature (generated tasks) written per step: a feature of s lines takes ceil(s / 10) steps."""
+MAIN_CHECK_RE = re.compile(r"\bmain ([0-9a-f]{12}) (?:passes|fails)\b")
+"""A check of main as the sim reports it (a FACT, a FAIL or a channel post): `main <12 hex digits> passes ...`."""
 
 
 class Cancelled(Exception):
@@ -59,11 +61,14 @@ class Turn:
     async def say(self, text: str) -> None:
         await self.agent.conn.session_update(self.s.session_id, acp.update_agent_message_text(text + "\n"))
 
-    async def think(self) -> None:
+    async def think(self, kind: str) -> None:
+        """One step of `kind` (steps.py): its time drawn from the worker's own stream, slept in wall seconds."""
         if self.s.cancelled:
             raise Cancelled()
-        if self.cfg.think_s > 0:
-            await asyncio.sleep(self.cfg.think_s * (0.5 + self.rng.random()))
+        self.agent.steps += 1
+        wall = self.cfg.wall_s(self.s.clock.take(kind))
+        if wall > 0:
+            await asyncio.sleep(wall)
         if self.s.cancelled:
             raise Cancelled()
 
@@ -136,16 +141,17 @@ class Turn:
     # -- the loop --------------------------------------------------------------------
     async def run(self) -> None:
         self.s.waits = 0
+        await self.think("wake")  # reading the prompt: the board's news, the DMs, the nudge
         while self.s.handed_prs:  # a hand-off listed PRs of its own still open: merge them first
             await self.finish_pr(*self.s.handed_prs.pop(0))
+        woke = True
         while True:
-            feature = await self.gather_and_claim()
+            feature = await self.gather_and_claim(stepped=woke)
+            woke = False
             if feature is None:
                 await self.say("Nothing left to claim: every feature is merged or claimed by a peer.")
-                if not self.s.announced:
-                    self.s.announced = True
-                    if self.rng.random() < self.cfg.config.verify_main_rate:
-                        await self.check_main()
+                if self.rng.random() < self.cfg.config.verify_main_rate:
+                    await self.check_main()
                 return
             try:
                 await self.build(feature)
@@ -202,23 +208,30 @@ class Turn:
     async def fetch_main(self) -> set[str]:
         """Fetch and return the features already registered on main."""
         await self.sh("git", "fetch", "-q", "origin")
+        return await self.registered_on_main()
+
+    async def registered_on_main(self) -> set[str]:
+        """The features registered on origin/main as last fetched."""
         paths = self.task.registry_paths or [self.task.registry_path]
         _, registry = await self.sh("git", "show", *(f"origin/main:{p}" for p in paths))
         merged = self._merged_on_main(registry)
         self.s.merged_seen |= merged
         return merged
 
-    async def gather_and_claim(self) -> str | None:
+    async def gather_and_claim(self, stepped: bool = False) -> str | None:
         """Gather from the board (what is merged, what is claimed), then claim one free feature.
 
         Merged features are known from PATCH_SUMMARY entries; git is only touched to build. Without the board
         (the baseline, the no-board ablation) it gathers from main alone and claims nothing: a feature not on
-        main, at random (peers, if any, collide on the forge)."""
-        await self.think()
+        main, at random (peers, if any, collide on the forge). A gather is a step, but the first of a turn, which
+        the wake-up's step covers (`stepped`)."""
+        if not stepped:
+            await self.think("gather")
         if not self.board:
             return await self.gather_from_main()
         board = await self.tool("board_read", limit=2000)
         done = {f for _, f in SUMMARY_RE.findall(board)} | self.s.merged_seen
+        self.s.summaries = len(done)
         claims = self._active_claims(board)
         if self.s.wind_down:
             await self.say("Wind-down: no new features.")
@@ -243,13 +256,13 @@ class Turn:
                 done |= await self.fetch_main()
                 ready = [n for n in free if all(d in done for d in deps.get(n, ()))]
             if not ready:
-                return await self.gather_and_claim() if await self._wait_for_deps(free) else None  # (it thinks first)
+                return await self.gather_and_claim() if await self._wait_for_deps(free) else None  # (a step first)
             free = ready
         if not free:
             return None
         self.s.waits = 0
         feature = self.rng.choice(free)
-        await self.think()
+        await self.think("claim")
         entry = await self.tool(
             "board_write",
             type="CLAIM",
@@ -285,7 +298,7 @@ class Turn:
             if not ready:
                 if not await self._wait_for_deps(free):
                     return None
-                await self.think()
+                await self.think("gather")
                 return await self.gather_from_main()
             free, self.s.waits = ready, 0
         return self.rng.choice(free) if free else None
@@ -325,9 +338,8 @@ class Turn:
             return
         await self.say(f"Building {feature} on {branch}.")
         await self.sh("git", "checkout", "-q", "-B", branch, "origin/main")
-        await self.think()
-        for _ in range(-(-(f.size or 0) // LINES_PER_STEP) - 1):  # a sized feature: a step per LINES_PER_STEP lines
-            await self.think()
+        for _ in range(write_steps(f.size, self.cfg.config.lines_per_step)):  # a step per lines_per_step lines
+            await self.think("write")
         for helper in f.helpers:  # a shared helper not on main yet: this worker writes it (maybe a peer too)
             await self.add_helper(helper)
         if self.rng.random() < self.cfg.config.observe_rate:
@@ -341,13 +353,13 @@ class Turn:
             code = code.replace(find, replace, 1)
         await self.write(f.module, code)
         await self.add_registry_line(f.registry_line, f.registry)
-        await self.think()
+        await self.think("verify")
         rc, out = await self.sh(sys.executable, "checks/check.py", feature, check=False)
         if rc != 0:
             reason = out.strip().splitlines()[-1] if out.strip() else "check failed"
             await self.note(type="FAIL", text=f"{feature}: first attempt failed its check"[:100],
                             detail=reason[:2000])
-            await self.think()
+            await self.think("fix")
             await self.write(f.module, self.task.oracle_module(feature))
             rc, out = await self.sh(sys.executable, "checks/check.py", feature, check=False)
             if rc != 0:
@@ -366,7 +378,7 @@ class Turn:
         for _ in range(12):
             if not AWAY_RE.search(opened):
                 break
-            await self.think()  # the forge is restarting: the PR may exist already
+            await self.think("retry")  # the forge is restarting: the PR may exist already
             mine = re.search(rf"PR #(\d+) \[open\] {re.escape(branch)} ", await self.tool("pr_list", state="open"))
             opened = mine.group(0) if mine else await self.tool(
                 "pr_create", head=branch, title=f"Add {feature}", body=f"Implements `{feature}`; checks pass.")
@@ -383,18 +395,53 @@ class Turn:
             )
 
     async def check_main(self) -> None:
-        """Verify main end to end once nothing is left to claim, and say so on the channel."""
+        """With nothing left to claim: check main in proportion to what changed, and report it. Skipped when
+        main is a commit this worker checked or saw reported (a FACT/FAIL on the board, a channel post);
+        else only the features touched since the newest such commit on main's history (every registered one
+        when there is none), a seeded sample of `verify_sample` when more. A check is a step."""
+        if self.board and self.s.main_checked and self.s.summaries == self.s.summaries_at_check:
+            return  # no merge on the board since its last look at main: main has not changed (no git needed)
+        self.s.summaries_at_check = self.s.summaries
         await self.sh("git", "fetch", "-q", "origin")
-        await self.sh("git", "checkout", "-q", "--detach", "origin/main")
-        _, sha = await self.sh("git", "rev-parse", "--short", "HEAD")
-        rc, out = await self.sh(sys.executable, "checks/check.py", check=False)
-        failed = [l for l in out.splitlines() if l.startswith("FAIL")]
-        if rc == 0:
-            text = f"{self.s.worker}: nothing left to claim; main {sha.strip()} passes every visible check"
-            await (self.tool("channel_post", text=text) if self.chat else self.say(text))
+        _, sha = await self.sh("git", "rev-parse", "origin/main")
+        sha = sha.strip()[:12]
+        if sha in self.s.main_checked:
+            return
+        _, history = await self.sh("git", "rev-list", "--first-parent", "--max-count=2000", "origin/main")
+        base = next((c[:12] for c in history.split() if c[:12] in self.s.main_checked), None)
+        await self.think("verify")
+        merged = await self.registered_on_main()
+        features = [f for f in self.task.features() if f.name in merged]
+        if base is None:
+            touched = {f.name for f in features}
         else:
-            await self.note(type="FAIL", text=f"main {sha.strip()} fails {len(failed)} check(s)",
+            _, diff = await self.sh("git", "diff", "--name-only", base, "origin/main")
+            touched = features_touched(diff.split(), {f.name: f.module for f in features},
+                                       {f.name: f.helpers for f in features}, self.task.shared_paths) & merged
+        names = verify_plan(touched, self.cfg.config.verify_sample, self.rng)
+        self.s.main_checked.add(sha)
+        since = f"since main {base}" if base else "since the start"
+        if not names:
+            await self.tell(f"main {sha} passes: no feature touched {since}")
+            return
+        await self.sh("git", "checkout", "-q", "--detach", "origin/main")
+        rc, out = await self.sh(sys.executable, "checks/check.py", *names, check=False)
+        failed = [l for l in out.splitlines() if l.startswith("FAIL")]
+        what = f"{len(names)} of {len(touched)} feature(s) touched {since}"
+        if rc == 0:
+            await self.tell(f"main {sha} passes the visible checks of {what}"[:100])
+        else:
+            await self.note(type="FAIL", text=f"main {sha} fails {len(failed)} check(s) of {what}"[:100],
                             detail="\n".join(failed)[:4000])
+
+    async def tell(self, text: str) -> None:
+        """Tell everyone: the channel (every peer reads it at its next turn), else a FACT, else its own output."""
+        if self.chat:
+            await self.tool("channel_post", text=text)
+        elif self.board:
+            await self.note(type="FACT", text=text)
+        else:
+            await self.say(text)
 
     async def add_helper(self, name: str) -> None:
         """Write a shared helper's line just above its file's end mark, unless main has it already."""
@@ -403,7 +450,7 @@ class Turn:
         lines = text.splitlines(keepends=True)
         if any(l.rstrip("\n") == line for l in lines):
             return
-        await self.think()
+        await self.think("helper")
         marks = [i for i, l in enumerate(lines) if l.startswith("# -- end of helpers")]
         lines.insert(marks[-1] if marks else len(lines), line + "\n")
         await self.write(path, "".join(lines))
@@ -417,13 +464,13 @@ class Turn:
         await self.write(path, "".join(lines))
 
     async def merge(self, number: int, branch: str, feature: str, attempts: int = 12) -> bool:
-        await self.think()
+        await self.think("merge")
         for _ in range(attempts):
             res = await self.tool("pr_merge", number=number)
             if res.startswith("merged:") or f"PR #{number} is merged" in res:  # (a retried merge that was done)
                 return True
             if AWAY_RE.search(res):  # the forge is restarting: ask again
-                await self.think()
+                await self.think("retry")
                 continue
             if "conflict" not in res:
                 await self.note(type="FAIL", text=f"release {feature}: merge of PR #{number} failed",
@@ -431,7 +478,7 @@ class Turn:
                 self.s.lost.add(feature)
                 return False
             # Merge main into the branch, resolve, re-check what the conflict touched, push, merge again.
-            await self.think()
+            await self.think("resolve")
             # A peer merged this very feature meanwhile (no board to see its claim): main's version wins.
             theirs = ["-X", "theirs"] if feature in await self.fetch_main() else []
             rc, out = await self.sh("git", "merge", "--no-edit", *theirs, "origin/main", check=False)
