@@ -51,4 +51,5 @@ class Waiting:
                     extra = f", {self._step_count()}"
                 except Exception:  # noqa: BLE001 - a count that fails is left out, never the line
                     extra = ""
-            self.say(f"... still {self._step}: {time.time() - self._step_t0:.0f} s so far{extra}")
+            step = self._step.split(" (")[0]  # its explanation was in the step's first line
+            self.say(f"... still {step}: {time.time() - self._step_t0:.0f} s so far{extra}")
