@@ -356,7 +356,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
             self._doing("stopping the routers", announce=False)
             self._call_all([r.stop.remote() for r in getattr(self, "routers", [])],
                            STOP_WITHIN_S if interrupted else 120, "stopping the routers")
-            self._doing("scoring main: the final checkpoint (the task's hidden tests in the sandbox)",
+            self._doing("scoring main one last time (the final checkpoint: the task's hidden tests in the sandbox)",
                         announce=not interrupted)  # interrupted: _final says it, with its bound
             self._final(SCORE_WITHIN_S if interrupted else None)
             self._doing("closing the board, chat and forge (their traces written)", announce=False)

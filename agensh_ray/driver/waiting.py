@@ -43,7 +43,8 @@ class Waiting:
 
     def _beating(self, stop: threading.Event) -> None:
         while not stop.wait(0.5):
-            if not self._step or time.time() - self._said_at < EVERY_S:
+            # silent for EVERY_S, and the step (one not announced: e.g. the stop's) that long under way
+            if not self._step or time.time() - max(self._said_at, self._step_t0) < EVERY_S:
                 continue
             extra = ""
             if self._step_count is not None:
