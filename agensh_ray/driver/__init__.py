@@ -330,7 +330,8 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
         self._heartbeat(True)
         try:
             self._doing(f"connecting to Ray at {self.cfg.address}" if self.cfg.address else
-                        "starting Ray (a local cluster of one node on this machine)")
+                        "starting Ray (a local cluster of one node on this machine)",
+                        announce=not ray.is_initialized())  # else a test's (or a notebook's) Ray
             self._start_ray()
             if self.prior is not None:  # before the capacity check: the old driver's slots are freed with them
                 self._clear_stale_actors()
