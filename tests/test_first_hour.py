@@ -163,3 +163,26 @@ def test_the_readme_demo_runs_sandboxed_and_scored_with_no_bwrap_on_the_machine(
     end = next(i for i, line in enumerate(lines) if "launching workers" in line)
     gaps = [(b - a, lines[i + 1]) for i, (a, b) in enumerate(zip(stamps, stamps[1:])) if start <= i < end]
     assert max(g for g, _ in gaps) <= 10.0, max(gaps)
+
+
+def test_what_the_demo_needs_from_the_machine_is_checked_before_ray_starts(tmp_path):
+    """The demo needs git and, for textkit's reference program, a C compiler: without gcc on PATH the run stops
+    before Ray starts, with build.sh's reason and exit 2; without git, at once, saying so."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name in ("git", "nsenter", "setpriv", "bash", "python3", "env", "sh", "true"):
+        found = sys.executable if name == "python3" else shutil.which(name)
+        if found:
+            (tools / name).symlink_to(os.path.realpath(found) if name != "python3" else found)
+    argv = [sys.executable, "-m", "agensh_ray.run", "--workers", "1", "--run-dir", str(tmp_path / "runs")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    res = subprocess.run(argv, env={**env, "PATH": str(tools)}, capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "error: build.sh of task 'textkit' failed" in res.stderr and "gcc" in res.stderr, res.stderr[-2000:]
+    assert "building the task's reference program" in res.stdout and "ray ready" not in res.stdout, res.stdout
+    assert "starting Ray" not in res.stdout, res.stdout
+    (tools / "git").unlink()
+    res = subprocess.run(argv + ["--run-id", "again"], env={**env, "PATH": str(tools)}, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert res.returncode == 2 and "error: git is not installed" in res.stderr, res.stdout + res.stderr

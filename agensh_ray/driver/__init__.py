@@ -102,12 +102,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
                                                                        soft=False)
         self.placement = {"resources": res} if res else {"scheduling_strategy": self.on_head}
         starter = self.run_dir / "starter"
-        if self.prior is None:  # a resumed run has them, and its forge its repo
-            self._doing(f"building the task's reference program ({self.task.name}) and the starter repository")
-            self.task.materialize_starter(starter)
-            # The execute-only reference, built once; each host copies run_dir/reference/* into its clones.
-            self.task.build_reference(self.run_dir / REFERENCE_DIR / self.task.program)
-        else:
+        if self.prior is not None:  # a new run built its starter and reference before Ray started (_execute)
             self.say("the board: " + ("still running, reattached" if self._board_alive() else
                                       "gone with the previous driver's Ray, started again from its log"))
         ignore_references(self.run_dir)
@@ -326,8 +321,18 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
             self.say("sandbox: off (--no-sandbox): the agents run as this user, unconfined")
         if self.prior is None:
             (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
-        ended, summary = "interrupted", None
         self._heartbeat(True)
+        if self.prior is None:  # a resumed run has them, and its forge its repo
+            # Before Ray starts: a task this machine cannot build (no compiler, say) is refused with build.sh's
+            # reason, in seconds. The execute-only reference is built once; each host copies it into its clones.
+            self._doing(f"building the task's reference program ({self.task.name}) and the starter repository")
+            try:
+                self.task.materialize_starter(self.run_dir / "starter")
+                self.task.build_reference(self.run_dir / REFERENCE_DIR / self.task.program)
+            except BaseException:
+                self._heartbeat(False)
+                raise
+        ended, summary = "interrupted", None
         try:
             self._doing(f"connecting to Ray at {self.cfg.address}" if self.cfg.address else
                         "starting Ray (a local cluster of one node on this machine)",
