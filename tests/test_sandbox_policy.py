@@ -176,7 +176,10 @@ def test_without_util_linux_a_run_refuses_to_start_unless_told_no_sandbox(tmp_pa
     """The CLI, as a user runs it, on a PATH without nsenter and setpriv (a terminal command joins the sandbox
     with them): it refuses before starting anything, says why and what to do; `--no-sandbox` turns the sandbox
     off in the run's config."""
-    env = dict(os.environ, PATH=str(tmp_path / "empty-bin"))
+    tools = tmp_path / "bin"  # git only (checked first)
+    tools.mkdir()
+    (tools / "git").symlink_to(shutil.which("git"))
+    env = dict(os.environ, PATH=str(tools))
     res = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--workers", "1", "--run-dir", str(tmp_path)],
                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 2, res.stdout + res.stderr
