@@ -4,7 +4,11 @@ Restarted by Ray when its process dies (`max_restarts`, calls in flight not re-s
 process comes up with nothing started, says so in `status` (`started` 0), and the driver starts it
 again and launches its workers anew; each finds its clone in place and resumes with a hand-off
 summary (WorkerHost.launch). Their agent processes died with the old process (the sandbox dies with
-its parent; an unsandboxed agent sees its stdin close)."""
+its parent; an unsandboxed agent sees its stdin close).
+
+It gets the board, chat and forge by name, as the routers do, never as handles among its constructor's
+arguments: Ray keeps a handle argument in its object store, where a restart may not find it any more (Ray
+says so on the driver's terminal: "the actor restart will fail")."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from pathlib import Path
 import ray
 
 from agensh_ray import mirror
+from agensh_ray.actors.board import BoardHandle
 from agensh_ray.actors.gateway import node_gateway
 from agensh_ray.actors.proxy import AsyncProxy
 from agensh_ray.actors.supervise import whereabouts
@@ -38,9 +43,11 @@ MAX_RESTARTS = 10
 
 @ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
 class WorkerActor:
-    def __init__(self, host_id, worker_ids, cfg_json, run_dir, run_id, board, chat, forge, clone_urls, start_wall,
-                 task_root):
+    def __init__(self, host_id, worker_ids, cfg_json, run_dir, run_id, board: str, chat: str, forge: str, clone_urls,
+                 start_wall, task_root):
+        """`board`, `chat`, `forge`: the actors' names (in this job's namespace)."""
         cfg = RunConfig.model_validate_json(cfg_json)
+        board, chat, forge = BoardHandle(ray.get_actor(board), name=board), ray.get_actor(chat), ray.get_actor(forge)
         mirror.attach(run_dir, f"logs/{host_id}.*", *(f"logs/{w}.*" for w in worker_ids))  # agents' logs, shipped
         gateway = node_gateway(run_id) if cfg.gateway.enabled else None  # this node's model gateway
         self.host = WorkerHost(

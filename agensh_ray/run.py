@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -319,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     cfg = parse_args(argv)
+    if shutil.which("git") is None:  # the forge and every worker's clone
+        print("error: git is not installed (Debian package git): the forge and every worker use it", file=sys.stderr)
+        return 2
     try:
         task = Task.load(cfg.task)
         task.check_available()  # e.g. programbench:<id> without Docker: fails here, in seconds
@@ -333,6 +337,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         summary = run.execute()
     except RunFolderError as exc:  # e.g. a default (timestamp) id whose folder exists
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TaskError as exc:  # before Ray: the task's reference could not be built here (build.sh's reason)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (CapacityError, HarnessError) as exc:

@@ -2,6 +2,7 @@
 
     python -m agensh_ray.analysis.query runs/<run_id>               # every question
     python -m agensh_ray.analysis.query runs/<run_id> merges idle   # some
+    python -m agensh_ray.analysis.query runs/<run_id> --sql "SELECT * FROM run_info"   # your own
 """
 
 from __future__ import annotations
@@ -20,12 +21,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("queries", nargs="*", metavar="QUERY", help=f"question files to run (default all): {', '.join(names)}")
     ap.add_argument("--prices", type=Path, default=None, help="price table CSV (default analysis/prices.csv)")
     ap.add_argument("--rows", type=int, default=40, help="rows to print per answer (default 40)")
+    ap.add_argument("--sql", action="append", default=[], metavar="SELECT",
+                    help="a query of your own over the run's views (repeatable; then no question file runs unless "
+                    "named)")
     args = ap.parse_args(argv)
     unknown = [q for q in args.queries if q not in names]
     if unknown:
         ap.error(f"unknown query {', '.join(unknown)}; known: {', '.join(names)}")
     con = connect(args.run_dir, prices=args.prices)
-    for name in args.queries or names:
+    for i, sql in enumerate(args.sql, 1):
+        print(f"-- sql {i}")
+        con.sql(sql).show(max_rows=args.rows, max_width=200)
+    for name in args.queries or ([] if args.sql else names):
         stmts = statements(query_sql(name))
         for s in stmts[:-1]:
             con.execute(s)

@@ -214,7 +214,7 @@ def test_rsync_leaves_the_ignored_files_behind_and_fetches_whole_runs(name, tmp_
     assert cfg["file_mounts"]["~/agensh-secrets"] == "./secrets"
     assert rsync(f"{checkout}/secrets/", tmp_path / "node" / "agensh-secrets") == {"README.md", "agents.env"}
 
-    # Down: a run folder, as README.md says (trailing slashes), from shared storage or the checkout.
+    # Down: a run folder, as docs/cluster.md says (trailing slashes), from shared storage or the checkout.
     runs = tmp_path / "node" / "shared" / "runs"
     for rel in ("r1/summary.json", "r1/trace/board/a.parquet", "r1/workers/w001/repo/.git/HEAD",
                 "r1/workers/w001/repo/.gitignore", "r1/forge/repo.git/HEAD", "r1/reference/prog",

@@ -1,6 +1,6 @@
-"""`ray up` as README.md's "On a cluster" says, for real: cluster-local.yaml on two hosts (head and
+"""`ray up` as docs/cluster.md says, for real: cluster-local.yaml on two hosts (head and
 one worker), each with its own address, sshd, home, /tmp and process table, on this machine
-(tests/cluster/sandbox.py). Every step runs as the README writes it: the token, `ray up` (no secrets
+(tests/cluster/sandbox.py). Every step runs as docs/cluster.md writes it: the token, `ray up` (no secrets
 file: a sim run needs none), `ray exec` of a sim run with `--address auto`, `ray rsync-down` of the run folder, DuckDB
 over it, `ray down`. The hosts run the file's setup commands as written (venv, pip install, the
 pinned agent CLIs from npm), so they need the package registries.
@@ -42,7 +42,7 @@ def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
             assert s.ok, f"{name} failed ({s.rc} after {s.seconds}s):\n{s.output[-6000:]}\n{timings(cluster)}"
             return s
 
-        # Once, on the machine you run `ray up` from (README).
+        # Once, on the machine you run `ray up` from (docs/cluster.md).
         step("token", "ray get-auth-token --generate", 60)
         step("ray up", f"ray up -y {cfg}", 200)
         # The checkout's secrets/ folder went to the head, owner-only; with no agents.env in it nothing is named.
@@ -50,7 +50,7 @@ def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
                                   f"echo secrets=${{AGENSH_SECRETS_FILE:-none}}'", 60)
         assert "mode=700" in secrets.output and "README.md" in secrets.output, secrets.output[-2000:]
         assert "secrets=none" in secrets.output, secrets.output[-2000:]
-        # README: ray exec ... 'until ray status | grep -q " 16 local.cluster.node"; do sleep 5; done'
+        # docs/cluster.md: ray exec ... 'until ray status | grep -q " 16 local.cluster.node"; do sleep 5; done'
         step("workers join", f"ray exec {cfg} 'until ray status | grep -q \" 2 local.cluster.node\"; do sleep 5; done'",
              200)
         run = step(
@@ -62,15 +62,17 @@ def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
         assert "ray ready (2 node(s), 128 agent slots)" in run.output, run.output[-3000:]
         where = "cd agensh-ray && python tests/cluster/on_head.py placement"
         placed = step("placement", f"ray exec {cfg} '{where} {RUN_ID}'", 60)
-        # README: ray rsync-down cluster-local.yaml /mnt/shared/runs/<run_id> ./runs/
+        # docs/cluster.md: ray rsync-down cluster-local.yaml /mnt/shared/runs/<run_id> ./runs/
         fetched = tmp_path / "runs" / RUN_ID
         step("ray rsync-down", f"ray rsync-down {cfg} {SHARED_RUNS}/{RUN_ID} {cluster.inside(fetched.parent)}/", 60)
         step("ray down", f"ray down -y {cfg}", 90)
         head_left = ray_processes(cluster, cluster.names[0])
-        # The local provider's `ray down` stops Ray on the head only: README stops the workers by ssh.
-        workers = " ".join(cluster.addresses[1:])
-        step("ray stop on workers", f"for ip in {workers}; do ssh -o StrictHostKeyChecking=accept-new "
-             f"-i ~/.ssh/id_ed25519 agensh@$ip '~/venv/bin/ray stop'; done", 60)
+        # The local provider's `ray down` stops Ray on the head only: docs/cluster.md stops the workers by ssh, as the file's `auth` says.
+        # The loop as docs/cluster.md has it: user, key and hosts read from the cluster file.
+        doc = (ROOT / "docs" / "cluster.md").read_text()
+        loop = re.search(r"\n    (python -c 'import sys, yaml.*?'~/venv/bin/ray stop'; done)\n", doc, re.S).group(1)
+        loop = loop.replace("\n      ", " ").replace("cluster-local.yaml", cfg)
+        step("ray stop on workers", loop, 60)
         left = ray_processes(cluster)
     report = timings(cluster) + f"\n  {'in all':20s} {time.time() - t0:6.1f} s"
     print(report)
@@ -99,7 +101,7 @@ def test_ray_up_exec_rsync_down_and_down_on_two_hosts(tmp_path):
     turns = sorted(p.name for p in (fetched / "trace" / "turns").glob("*.parquet"))
     writers = {m.group(1) for name in turns if (m := re.match(r"host-(h\d+)-", name))}
     assert writers == {"h000", "h001"}, turns
-    # README: python -m agensh_ray.analysis.query runs/<run_id> merges
+    # docs/cluster.md: python -m agensh_ray.analysis.query runs/<run_id> merges
     query = subprocess.run([sys.executable, "-m", "agensh_ray.analysis.query", str(fetched), "merges"],
                            check=False, capture_output=True, text=True, timeout=120)
     assert query.returncode == 0 and "-- merges" in query.stdout, query.stderr

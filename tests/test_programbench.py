@@ -21,6 +21,7 @@ from programbench.eval.eval import EvaluationResult
 from programbench.submission import aggregate, score_instance, score_run
 from programbench.utils.load_data import load_all_instances
 
+from agensh_ray import bubblewrap
 from agensh_ray.agent.sandbox import SandboxPolicy, bwrap_argv
 from agensh_ray.analysis.views import connect
 from agensh_ray.config import SandboxConfig
@@ -374,8 +375,8 @@ async def test_the_reference_is_execute_only_through_an_agents_paths(tmp_path):
     untracked; the ACP fs path refuses to read or overwrite it (and follows no link to it); shell commands, through
     the client's terminal (enter.py) or run by the agent itself inside its sandbox, cannot read, copy, chmod,
     link or move it, in a user namespace of their own neither; running it works both ways."""
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
+    if bubblewrap.find().path is None:
+        pytest.skip(f"no bubblewrap: {bubblewrap.find().why}")
     services = LocalServices(tmp_path, ["w001"])
     scripts = tmp_path / "scripts"  # the agent runs sandboxed: it sees its script through a read-only mount
     scripts.mkdir()
@@ -451,8 +452,8 @@ def test_the_worker_sandbox_runs_the_reference_but_never_hands_out_its_bytes(use
     without capabilities, the copy is nobody's) and as a host running as another user does (the agent owns the
     reference, a hard link of the run's: what holds is the read-only bind and no nested user namespace): the
     execute-only ELF runs, no attack gets its bytes, /proc/<pid>/mem of the running reference is closed."""
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
+    if bubblewrap.find().path is None:
+        pytest.skip(f"no bubblewrap: {bubblewrap.find().why}")
     if os.geteuid() != 0:
         pytest.skip("runs the sandbox as root and as nobody: needs root")
     work = Path(tempfile.mkdtemp(prefix="agensh-ref-"))  # pytest's own folder is root's alone

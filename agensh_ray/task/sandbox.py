@@ -38,12 +38,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from agensh_ray import bubblewrap
 from agensh_ray.errors import SandboxError
 
 CANCEL_POLL_S = 0.25
 """How often a running sandboxed command checks whether its evaluation was cancelled."""
 
-BWRAP = "bwrap"
 WORKSPACE = "/workspace"
 # Directories of the "container" that persist between steps and into a commit: each is a folder
 # of the environment's scratch root, bound read-write at this path.
@@ -63,16 +63,17 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def bwrap_available() -> str | None:
     """Why bubblewrap cannot sandbox here, or None when it can (it runs a trivial sandbox)."""
-    exe = shutil.which(BWRAP)
+    found = bubblewrap.find()
+    exe = found.path
     if exe is None:
-        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+        return f"bubblewrap is not installed: {found.why}"
     try:
         proc = subprocess.run([exe, "--unshare-all", "--ro-bind", "/", "/", "true"], capture_output=True,
                               text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return f"bubblewrap does not run: {e}"
+        return f"bubblewrap ({exe}) does not run: {e}"
     if proc.returncode != 0:
-        return f"bubblewrap cannot create namespaces here: {proc.stderr.strip()[-300:]}"
+        return f"bubblewrap ({exe}) cannot create namespaces here: {proc.stderr.strip()[-300:]}"
     return None
 
 
@@ -120,7 +121,7 @@ def _make_etc(etc: Path) -> None:
 class BwrapEnvironment:
     """One sandboxed "container": a scratch root, every command a fresh bwrap over it."""
 
-    executable = BWRAP
+    executable = "bwrap"  # the Container surface's name; the command lines run bubblewrap.executable()
 
     def __init__(self, backend: "BwrapBackend", root: Path, *, cwd: str = WORKSPACE, timeout: int = 600,
                  env: dict[str, str] | None = None):
@@ -134,7 +135,8 @@ class BwrapEnvironment:
     # -- the sandbox ---------------------------------------------------------------------------
     def argv(self, command: list[str], cwd: str | None = None) -> list[str]:
         """The bwrap command line running `command` in this environment."""
-        a = [BWRAP, "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0", "--hostname", "sandbox",
+        a = [bubblewrap.executable(), "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0",
+             "--hostname", "sandbox",
              "--cap-drop", "ALL", "--disable-userns", "--die-with-parent", "--new-session",
              "--ro-bind", "/usr", "/usr"]
         for link, target in SYSTEM_LINKS.items():

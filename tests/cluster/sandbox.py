@@ -281,7 +281,7 @@ class LoopbackCluster:
 
     # -- commands --------------------------------------------------------------------------
     def sh(self, command: str, name: str | None = None, timeout: float = 120) -> Step:
-        """Run a bash command line in the sandbox as the user of the README would (HOME is the
+        """Run a bash command line in the sandbox as the user of docs/cluster.md would (HOME is the
         client's, cwd the checkout), with a time limit; its output goes to logs/<name>.log."""
         name = name or command.split()[0]
         slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
