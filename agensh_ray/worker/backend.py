@@ -13,6 +13,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 from agensh_ray.board import BoardLimits
+from agensh_ray.board.leases import Lease
 from agensh_ray.errors import AGENT_REFUSALS, ToolFailure
 from agensh_ray.inputs import whole_number
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
@@ -97,6 +98,21 @@ class ToolsBackend:
         limit = _arg(limit, "limit", _BOARD.grep_limit_max)
         return await self._call(self.services.board.agrep(pattern, regex=regex, limit=limit))
 
+    async def board_claims(self, worker: str, key: str) -> list[Lease]:
+        if not isinstance(key, str):
+            raise ToolFailure(f"key must be a text (a feature's name, as a CLAIM names it before its colon), not {key!r}")
+        return await self._call(self.services.board.aclaims(key.strip() or None))
+
+    async def _renew(self, worker: str) -> None:
+        """A PR action renews the worker's open claims (rule `lease`; see agensh_ray/board/leases.py). Best
+        effort: the action itself succeeded, and the next board write renews them anyway."""
+        touch = getattr(self.services.board, "atouch", None)
+        if touch is not None:
+            try:
+                await touch(worker)
+            except Exception:  # a board restarting: not the agent's problem
+                pass
+
     # -- chat -----------------------------------------------------------------------------
     async def send_dm(self, worker: str, to: str, text: str) -> ChatMessage:
         return await self._call(self.services.chat.dm(worker, to, text))
@@ -109,7 +125,9 @@ class ToolsBackend:
 
     # -- forge ----------------------------------------------------------------------------
     async def pr_create(self, worker: str, head: str, title: str, body: str) -> PullRequest:
-        return await self._call(self.services.forge.pr_create(worker, head, title, body))
+        pr = await self._call(self.services.forge.pr_create(worker, head, title, body))
+        await self._renew(worker)
+        return pr
 
     async def pr_list(self, worker: str, state: str) -> list[PullRequest]:
         if state not in PR_STATES:
@@ -122,13 +140,19 @@ class ToolsBackend:
     async def pr_review(self, worker: str, number: int, verdict: str, body: str) -> PullRequest:
         if verdict not in VERDICTS:
             raise ToolFailure(f"verdict must be approve, comment or request_changes, not {verdict!r}")
-        return await self._call(self.services.forge.pr_review(_arg(number, "number"), worker, verdict, body))
+        pr = await self._call(self.services.forge.pr_review(_arg(number, "number"), worker, verdict, body))
+        await self._renew(worker)
+        return pr
 
     async def pr_comment(self, worker: str, number: int, body: str) -> PullRequest:
-        return await self._call(self.services.forge.pr_comment(_arg(number, "number"), worker, body))
+        pr = await self._call(self.services.forge.pr_comment(_arg(number, "number"), worker, body))
+        await self._renew(worker)
+        return pr
 
     async def pr_merge(self, worker: str, number: int) -> PullRequest:
-        return await self._call(self.services.forge.pr_merge(_arg(number, "number"), worker))
+        pr = await self._call(self.services.forge.pr_merge(_arg(number, "number"), worker))
+        await self._renew(worker)
+        return pr
 
     async def issue_view(self, worker: str, number: int) -> str:
         return fmt_issue(await self._call(self.services.forge.issue_view(_arg(number, "number"))))
