@@ -240,6 +240,9 @@ class RouterSources(Protocol):
     async def board_info(self) -> dict[str, Any]:
         """At least `last_ts` (the newest entry's board time, us) and `claim_ttl_s` (claims' lifetime)."""
 
+    async def board_claims(self) -> list[Any]:
+        """The board's open claims (`agensh_ray.board.leases.Lease`, each key's oldest first)."""
+
     async def board_cursor_at(self, ts: int) -> int:
         """The cursor just before the first entry written at board time `ts` (us) or later."""
 

@@ -39,16 +39,17 @@ tens of such steps with no board write in between. Ten wall minutes cover ~40 of
 KEY_MAX = 60
 """A key is at most this many characters (longer texts are cut: the key of a long claim without a colon)."""
 
-_LEAD = re.compile(r"^\s*(?:claim(?:ed|ing)?|release[sd]?)\b\s*", re.I)
-_SPACES = re.compile(r"\s+")
+_LEAD = re.compile(r"^(?:claim(?:ed|ing)?|release[sd]?)\b *", re.A)
+_SPACES = re.compile(r" +")
 
 
 def claim_key(text: str) -> str:
-    """The key of a CLAIM, a release (FAIL `release KEY: ...`) or a summary (PATCH_SUMMARY `KEY: ...`)."""
+    """The key of a CLAIM, a release (FAIL `release KEY: ...`) or a summary (PATCH_SUMMARY `KEY: ...`).
+    analysis/views.sql has the same rule as the macro `claim_key` (board texts are one line: spaces only)."""
     head, colon, _ = text.partition(":")
-    body = head if colon and head.strip() else text
-    body = _LEAD.sub("", body) if colon else body
-    return _SPACES.sub(" ", body.strip().lower())[:KEY_MAX]
+    if colon and head.strip(" "):
+        return _SPACES.sub(" ", _LEAD.sub("", head.strip(" ").lower())).strip(" ")[:KEY_MAX]
+    return _SPACES.sub(" ", text.strip(" ").lower())[:KEY_MAX]
 
 
 def is_release(text: str) -> bool:
@@ -142,9 +143,13 @@ class ClaimBook:
         self.touch(worker, ts)
         if type == "CLAIM":
             for old in list(self.by_worker.get(worker, ())):  # one claim at a time: the new one replaces them
-                self._close(old)
+                if old.seq < seq:
+                    self._close(old)
             key = claim_key(text)
             self._expire(self.by_key.get(key), ts)
+            for known in self.by_key.get(key, ()):
+                if known.seq == seq:  # (seen already: a router seeded from the board, then replaying)
+                    return known
             lease = Lease(seq, ts, worker, key, text, ts)
             self.by_key.setdefault(key, []).append(lease)
             self.by_worker.setdefault(worker, []).append(lease)
@@ -158,7 +163,7 @@ class ClaimBook:
 
     def open_on(self, key: str, now_us: int) -> list[Lease]:
         """The open claims on `key` (as `claim_key` spells it), oldest first."""
-        key = claim_key(key) if ":" in key else _SPACES.sub(" ", key.strip().lower())[:KEY_MAX]
+        key = claim_key(key)
         self._expire(self.by_key.get(key), now_us)
         return list(self.by_key.get(key, ()))
 

@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -345,7 +346,7 @@ class BoardService:
     async def claims(self, key: str | None = None) -> list[Lease] | BoardError:
         """The open claims on `key`, oldest first (every open claim when None): `Board.open_claims`."""
         try:
-            return self.board.open_claims(key)
+            return [replace(c) for c in self.board.open_claims(key)]  # copies: a caller in this process owns them
         except BoardError as exc:
             return exc
 
