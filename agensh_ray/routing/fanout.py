@@ -49,7 +49,9 @@ class Fanout:
     leases: ClaimBook | None = None
     """Under the claim rule `lease` (agensh_ray/board/leases.py): the open claims as the board keeps them, fed
     the same entries and the holders' PR actions; an overlapping CLAIM or PR is then pushed, high, to both the
-    first holder and the newcomer (`overlaps`). None (rule `legacy`): no overlap push."""
+    first holder and the newcomer (`_claim_overlap`, `_pr_overlap`). None (rule `legacy`): no overlap push."""
+    seeded_upto: int = 0
+    """The board entry the claim book was seeded at (`seed`): older entries, replayed, do not change it."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
