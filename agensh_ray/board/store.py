@@ -305,7 +305,8 @@ class Board:
         if not isinstance(key, str) or not key.strip():
             raise BoardError("key is empty: give the feature a claim names before its colon (e.g. tac)")
         if len(key) > 200 or (bad := one_line_problem(key)) is not None:
-            raise BoardError("key must be one line of at most 200 characters" + (f"; it has {bad}" if len(key) <= 200 else ""))
+            raise BoardError("key must be one line of at most 200 characters"
+                             + (f"; it has {bad}" if len(key) <= 200 else ""))
         return self.claims.open_on(key, now)
 
     def touch(self, worker: str) -> None:

@@ -100,7 +100,8 @@ class ToolsBackend:
 
     async def board_claims(self, worker: str, key: str) -> list[Lease]:
         if not isinstance(key, str):
-            raise ToolFailure(f"key must be a text (a feature's name, as a CLAIM names it before its colon), not {key!r}")
+            raise ToolFailure(f"key must be a text (a feature's name, as a CLAIM names it before its colon), "
+                              f"not {key!r}")
         return await self._call(self.services.board.aclaims(key.strip() or None))
 
     async def _renew(self, worker: str) -> None:
