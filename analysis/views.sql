@@ -213,14 +213,13 @@ SELECT
 FROM run_config c;
 
 -- The key of a CLAIM, a release (FAIL `release KEY: ...`) or a PATCH_SUMMARY (`KEY: ...`): its text up to
--- the first colon, a leading claim/release word dropped, lower-cased, spaces collapsed, at most 60
--- characters; a text without a colon is its own key. agensh_ray.board.leases.claim_key, in SQL (a test
+-- the first colon (all of it without one), a leading claim/release word dropped, lower-cased, spaces
+-- collapsed, at most 60 characters. agensh_ray.board.leases.claim_key, in SQL (a test
 -- checks that the two agree).
 CREATE OR REPLACE MACRO claim_key(t) AS
-    CASE WHEN contains(t, ':') AND trim(split_part(t, ':', 1)) <> ''
-         THEN left(trim(regexp_replace(regexp_replace(lower(trim(split_part(t, ':', 1))),
-                   '^(claim(ed|ing)?|release[sd]?)\b *', ''), ' +', ' ', 'g')), 60)
-         ELSE left(regexp_replace(lower(trim(t)), ' +', ' ', 'g'), 60) END;
+    left(trim(regexp_replace(regexp_replace(lower(trim(
+        CASE WHEN contains(t, ':') AND trim(split_part(t, ':', 1)) <> '' THEN split_part(t, ':', 1) ELSE t END)),
+        '^(claim(ed|ing)?|release[sd]?)\b *', ''), ' +', ' ', 'g')), 60);
 
 -- Schedule seconds since the run started, and between two timestamps.
 CREATE OR REPLACE MACRO sched_s(t) AS

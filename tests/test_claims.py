@@ -281,11 +281,13 @@ def test_the_prompt_states_the_runs_claim_life():
 def test_the_analysis_keys_claims_as_the_board_does(tmp_path):
     texts = ["claim tac: textkit/commands/tac.py", "release tac: w001 first", "tac: added tac; PR #3 merged",
              "Claimed  Sort Lines : x", "no colon here", ":starts with one", "claiming wc:", "CLAIM: tac",
-             "  claim   two  words : z", "x" * 90 + ": y", "releases nl: done"]
+             "  claim   two  words : z", "x" * 90 + ": y", "releases nl: done", "claim sort lines",
+             "release sort lines"]
     (tmp_path / "trace").mkdir()
     con = connect(tmp_path)
     got = [con.execute("SELECT claim_key(?)", [x]).fetchone()[0] for x in texts]
     assert got == [claim_key(x) for x in texts]
+    assert claim_key("claim sort lines") == claim_key("release sort lines: w001 stopped") == "sort lines"
 
 
 def make_run(tmp_path, cfg: dict):
@@ -338,3 +340,14 @@ def test_the_analysis_of_a_legacy_run_keeps_the_legacy_life(tmp_path):
     # At x120 a legacy claim lives 30 wall s: w002's claim 44 s later collides with nothing.
     assert rows == []
     assert connect(run).execute("SELECT claim_rule, claim_life_wall_s FROM run_info").fetchall() == [("legacy", 30.0)]
+
+
+async def test_a_stopped_workers_claim_is_released_however_many_claims_came_after(lease_host):
+    """The host releases a stopped worker's open claims from the board's index: before, from the 500 newest CLAIMs."""
+    services, h = lease_host
+    await call(h, "board_write", "w001", type="CLAIM", text="claim tac: textkit/commands/tac.py")
+    services.board_plain.write_batch([claim(f"w{100 + i:04d}", f"f{i}") for i in range(1000)])
+    assert [c.worker for c in await services.board.aclaims("tac")] == ["w001"]
+    await h.release_claims(h.workers["w001"], "stopped by the test")
+    assert await services.board.aclaims("tac") == []
+    assert len(await services.board.aclaims()) == 1000  # the others' claims are untouched

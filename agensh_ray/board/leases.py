@@ -13,9 +13,9 @@ Two rules, a run's `claims` setting (an ablation):
   `release KEY: ...`), summarises it (a PATCH_SUMMARY `KEY: ...`), or claims something else (one claim
   at a time, as the prompt asks).
 
-A claim's key is what it is about: its text up to the first colon, a leading `claim` dropped, lower-cased,
-spaces collapsed (`claim tac: textkit/commands/tac.py` -> `tac`); a claim without a colon is keyed by its
-whole text. The same parse gives the key of a release and of a summary. The oldest open claim on a key
+A claim's key is what it is about: its text up to the first colon (all of it without one), a leading `claim`
+dropped, lower-cased, spaces collapsed (`claim tac: textkit/commands/tac.py` -> `tac`). The same parse gives
+the key of a release and of a summary. The oldest open claim on a key
 wins; `ClaimBook` answers "open claims on KEY, oldest first" from an index, whatever the board's size.
 
 The board clock is wall time (UTC microseconds); the life is converted once, here.
@@ -37,7 +37,7 @@ two renewals of a busy holder, and the slowest of those gaps is machine time, no
 tens of such steps with no board write in between. Ten wall minutes cover ~40 of the slowest steps."""
 
 KEY_MAX = 60
-"""A key is at most this many characters (longer texts are cut: the key of a long claim without a colon)."""
+"""A key is at most this many characters (longer ones are cut: the key of a long claim without a colon)."""
 
 _LEAD = re.compile(r"^(?:claim(?:ed|ing)?|release[sd]?)\b *", re.A)
 _SPACES = re.compile(r" +")
@@ -47,9 +47,8 @@ def claim_key(text: str) -> str:
     """The key of a CLAIM, a release (FAIL `release KEY: ...`) or a summary (PATCH_SUMMARY `KEY: ...`).
     analysis/views.sql has the same rule as the macro `claim_key` (board texts are one line: spaces only)."""
     head, colon, _ = text.partition(":")
-    if colon and head.strip(" "):
-        return _SPACES.sub(" ", _LEAD.sub("", head.strip(" ").lower())).strip(" ")[:KEY_MAX]
-    return _SPACES.sub(" ", text.strip(" ").lower())[:KEY_MAX]
+    body = head if colon and head.strip(" ") else text
+    return _SPACES.sub(" ", _LEAD.sub("", body.strip(" ").lower())).strip(" ")[:KEY_MAX]
 
 
 def is_release(text: str) -> bool:
