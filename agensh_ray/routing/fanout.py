@@ -116,7 +116,7 @@ class Fanout:
             return
         text = (f"[claims] overlap on {quote(key)}: {first.worker} claimed it first (#{first.seq}), "
                 f"{e.worker_id} later (#{e.seq}). The earlier claim wins: {e.worker_id}, back off "
-                f"(FAIL \"release {key}: ...\") and DM {first.worker}.")
+                f"(a FAIL `release KEY: why`) and DM {first.worker}.")
         self._push(out, "board", e.seq, text, (first.worker, e.worker_id), ts, "CLAIM")
 
     # -- per source ----------------------------------------------------------------------
