@@ -30,7 +30,7 @@ def worker_ids(n: int) -> list[str]:
     return [f"w{i:0{width}d}" for i in range(1, n + 1)]
 
 
-BOARD_TOOLS = frozenset({"board_read", "board_grep", "board_unfold", "board_write"})
+BOARD_TOOLS = frozenset({"board_read", "board_grep", "board_unfold", "board_write", "board_claims"})
 """The board's tools (agensh_ray/tools.py), withheld when `RunConfig.board_tools` is off."""
 CHAT_TOOLS = frozenset({"send_dm", "channel_post", "read_messages"})
 """The chat's tools, withheld when `RunConfig.chat_tools` is off."""
@@ -333,8 +333,18 @@ class RunConfig(BaseModel):
     chat_tools: bool = True
     """Give the agents the chat tools (send_dm, channel_post, read_messages). Off: an ablation."""
     claim_ttl_s: float = Field(3600.0, gt=0)
-    """Schedule seconds a CLAIM stays in the board's recent view (what `board_read` shows); older claims are
-    found only by `board_grep` (agensh_ray/board/limits.py)."""
+    """A claim's life without renewal, in schedule seconds: how long a CLAIM stays in the board's recent view
+    (what `board_read` shows; older claims are found by `board_grep`) and, under `claims = "lease"`, how long
+    an open claim lasts after its holder's latest activity (agensh_ray/board/leases.py)."""
+    claims: Literal["lease", "legacy"] = "lease"
+    """The claim rule (agensh_ray/board/leases.py), an ablation. `lease`: a claim lives claim_ttl_s schedule
+    seconds but at least claim_floor_wall_s wall seconds, from its holder's latest board write or PR action;
+    the agents get `board_claims` (the open claims on a key, oldest first, from the board's index); an
+    overlapping claim or PR is pushed to both holders at once. `legacy` (the rule before issue 30): a claim
+    lives claim_ttl_s / time_scale wall seconds from its entry, no renewal, no `board_claims`, no push."""
+    claim_floor_wall_s: float = Field(600.0, gt=0)
+    """Under `claims = "lease"`: a claim's shortest life in wall seconds, whatever the time scale (so it
+    outlives a slow build on a loaded machine; see CLAIM_FLOOR_WALL_S in agensh_ray/board/leases.py)."""
     baseline: bool = False
     """The single-agent baseline (`--baseline`): one worker, no board or chat tools, no routers, its own
     prompt (prompts/baseline.md), and a stop hook: each time the agent ends its turn before the deadline it is
@@ -373,7 +383,14 @@ class RunConfig(BaseModel):
     @property
     def tools_off(self) -> frozenset[str]:
         """The infra tools this run does not give its agents (agensh_ray/tools.py)."""
-        return (frozenset() if self.board_tools else BOARD_TOOLS) | (frozenset() if self.chat_tools else CHAT_TOOLS)
+        off = (frozenset() if self.board_tools else BOARD_TOOLS) | (frozenset() if self.chat_tools else CHAT_TOOLS)
+        return off | {"board_claims"} if self.claims == "legacy" else off
+
+    @property
+    def claim_life_wall_s(self) -> float:
+        """A claim's life without renewal in wall seconds, by this run's rule (the board's, the analysis')."""
+        from agensh_ray.board.leases import claim_life_wall_s
+        return claim_life_wall_s(self.claim_ttl_s, self.time_scale, self.claims, self.claim_floor_wall_s)
 
     def wall(self, schedule_s: float) -> float:
         """Wall seconds for a span of schedule seconds."""

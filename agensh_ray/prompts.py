@@ -14,9 +14,27 @@ def _text(name: str) -> str:
     return (PROMPTS_DIR / f"{name}.md").read_text(encoding="utf-8")
 
 
-def worker(worker_id: str, workers: int) -> str:
-    """The worker prompt: the same for everyone but the worker id (with what marks a worker's text)."""
-    return _text("worker").format(worker_id=worker_id, workers=workers, markers=MARKERS)
+def claims(rule: str = "lease", life_wall_s: float = 3600.0, time_scale: float = 1.0) -> str:
+    """How a claim lives, as the worker prompt says it: the run's rule (agensh_ray/board/leases.py) and its
+    life in the agents' schedule minutes (`RunConfig.claim_life_wall_s` x time_scale), the same numbers the
+    board and the analysis use."""
+    minutes = life_wall_s * time_scale / 60.0
+    life = f"{minutes:.0f} minutes" if minutes < 600 else f"{minutes / 60:.0f} hours"
+    if rule == "legacy":
+        return (f"A claim counts for {life} after you write it; `board_read` no longer shows older ones "
+                "(`board_grep` finds them).")
+    return ("Start its text with its key and a colon, `claim KEY: the files you will touch` (e.g. `claim tac: "
+            "textkit/commands/tac.py`); `board_claims` with that key lists the open claims on it, oldest first: "
+            "the first one holds it. Your claim stays yours while you work: every board entry you write and every "
+            f"PR you open, review, comment or merge renews it; it lapses after {life} without any, and ends with "
+            "a FAIL `release KEY: why`, a PATCH_SUMMARY `KEY: what merged`, or your next CLAIM.")
+
+
+def worker(worker_id: str, workers: int, claim_rule: str | None = None) -> str:
+    """The worker prompt: the same for everyone but the worker id (with what marks a worker's text and how a
+    claim lives in this run, `claims(...)`; None: the default rule at x1)."""
+    return _text("worker").format(worker_id=worker_id, workers=workers, markers=MARKERS,
+                                  claims=claim_rule if claim_rule is not None else claims())
 
 
 def baseline(worker_id: str) -> str:

@@ -54,6 +54,20 @@ def fmt_entry(e: BoardEntry) -> str:
     return f"#{e.seq} {e.type.value} {e.worker_id}: {quote(e.text)}{more}"
 
 
+def fmt_claims(leases: list[Any], key: str | None) -> str:
+    """The open claims (`agensh_ray.board.leases.Lease`, oldest first on each key) as `board_claims` shows them:
+    each as its board entry reads, the first on its key marked as the holder."""
+    if not leases:
+        return f"(no open claim on {quote(key)})" if key else "(no open claim)"
+    lines, first = [], set()
+    for c in leases:
+        e = BoardEntry(seq=c.seq, ts=c.ts, type="CLAIM", text=c.text, worker_id=c.worker)
+        role = "holds it" if c.key not in first else "later: backs off, DMs the holder"
+        first.add(c.key)
+        lines.append(f"{fmt_entry(e)} -- key {quote(c.key)}, {role}")
+    return "\n".join(lines)
+
+
 def fmt_unfold(e: BoardEntry) -> str:
     """A board entry with its detail below it."""
     return fmt_entry(e) + ("\n" + block(e.detail) if e.detail else "\n(no detail)")

@@ -130,6 +130,9 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     p.add_argument("--launch-interval", type=float, default=30.0, help="schedule seconds between launches (first hour)")
     p.add_argument("--policy", choices=["all", "relevant"], default="all", help="board delivery policy")
     p.add_argument("--routers", type=at_least_one, default=2, help="number of RouterActors")
+    p.add_argument("--claims", choices=["lease", "legacy"], default="lease",
+                   help="claim rule (agensh_ray/board/leases.py): lease (a floor in wall seconds, renewed by the "
+                        "holder's activity, found by key, overlaps pushed) or legacy (the TTL / time scale, an ablation)")
     p.add_argument("--no-stop-when-done", action="store_true", help="run to the deadline even when all are idle")
     p.add_argument("--address", default=None, help="Ray address (auto joins a running cluster); default: local")
     p.add_argument("--no-ship-code", action="store_true",
@@ -215,6 +218,7 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
             ship_code=not a.no_ship_code,
             worker_memory_mb=a.worker_memory_mb,
             routing=RoutingConfig(policy=a.policy, routers=a.routers),
+            claims=a.claims,
             sim=SimConfig(think_s=a.think, bug_rate=a.bug_rate),
             services=ServicesConfig(secrets=a.secrets.resolve() if a.secrets else None, gitea_url=a.gitea_url,
                                     mattermost_url=a.mattermost_url, intake_listen=a.intake_listen),

@@ -22,7 +22,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 
 from agensh_ray.errors import ToolFailure
-from agensh_ray.render import MARKERS, fmt_entry, fmt_error, fmt_message, fmt_pr, fmt_unfold
+from agensh_ray.render import MARKERS, fmt_claims, fmt_entry, fmt_error, fmt_message, fmt_pr, fmt_unfold
 from agensh_ray.seams import Infra
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,15 @@ def build_server(infra: Infra, without: frozenset[str] = frozenset()) -> MCPServ
         regex=false. limit: 1 to 500 entries."""
         entries = await infra.board_grep(worker, pattern, regex, limit)
         return "\n".join(fmt_entry(e) for e in entries) or f"(no entry matches {pattern!r})"
+
+    @tool(shows_workers_text=True)
+    async def board_claims(worker: str, key: str = "") -> str:
+        """The open claims, oldest first, from the board's claim index (whatever the board's size). key: what a
+        CLAIM names before its colon (`claim tac: textkit/commands/tac.py` has key tac); empty: every open claim.
+        The first claim on a key holds it; a later claimant backs off and DMs the holder. A claim stays open while
+        its holder works (any board entry or PR action renews it) until released (FAIL `release KEY: why`),
+        summarised (PATCH_SUMMARY `KEY: ...`) or replaced by the holder's next CLAIM."""
+        return fmt_claims(await infra.board_claims(worker, key), key.strip() or None)
 
     @tool
     async def send_dm(worker: str, to: str, text: str) -> str:

@@ -5,13 +5,30 @@
 -- name.ext (`docs/naïve.md` is one key, not `docs/na` + `ve.md`); a claim with none has its whole
 -- text (lower-cased, spaces collapsed) as its key.
 -- Two claims collide when they share a key, come from two known workers (a claim whose row has no
--- worker collides with none), and the later one is
--- at most window_s schedule seconds after the earlier (default 3600 = the board's claim TTL,
--- after which the recent view hides a claim). Each colliding claim is paired with the latest such
--- earlier claim; `shared` lists the keys they share; settled_by_dm: the two workers exchanged a
--- DM (either way) within window_s after the later claim, as the prompt asks them to.
-WITH params AS (SELECT 3600.0 AS window_s),
+-- worker collides with none), and the earlier is still live when the later is written, by the run's claim
+-- rule, the one the board and the agents' prompt use (run_info.claim_rule, claim_life_wall_s; see
+-- agensh_ray/board/leases.py):
+--   legacy  live for claim_life_wall_s (= claim_ttl_s / time_scale) wall seconds after its entry;
+--   lease   live until claim_life_wall_s after its holder's latest activity (a board entry of its own,
+--           or a PR it opened, reviewed, commented or merged), unless its holder ended it first: a FAIL
+--           `release KEY: ...` or a PATCH_SUMMARY `KEY: ...` with its key (claim_key), or its next CLAIM.
+-- Each colliding claim is paired with the latest such earlier claim; `shared` lists the keys they share;
+-- settled_by_dm: the two workers exchanged a DM (either way) within one claim life after the later
+-- claim, as the prompt asks them to.
+WITH params AS (SELECT claim_rule AS rule, to_microseconds(CAST(claim_life_wall_s * 1e6 AS BIGINT)) AS life
+                FROM run_info),
 c AS (SELECT seq, ts, worker_id, text FROM board WHERE type = 'CLAIM'),
+-- What renews a claim, and what ends it, per worker (rule lease).
+act AS (
+    SELECT worker_id, ts FROM board WHERE worker_id IS NOT NULL
+    UNION ALL
+    SELECT worker_id, ts FROM forge
+    WHERE kind IN ('pr_opened', 'pr_reviewed', 'pr_commented', 'pr_merged') AND worker_id IS NOT NULL
+),
+ends AS (
+    SELECT worker_id, ts, seq, type, claim_key(text) AS ckey FROM board
+    WHERE type = 'CLAIM' OR type = 'PATCH_SUMMARY' OR (type = 'FAIL' AND lower(ltrim(text)) LIKE 'release%')
+),
 tok AS (
     SELECT seq, regexp_replace(unnest(regexp_extract_all(lower(text), '[\p{L}\p{N}_./\-]+')), '[./\-]+$', '') AS key
     FROM c
@@ -31,7 +48,15 @@ pairs AS (
            string_agg(DISTINCT a.key, ', ' ORDER BY a.key) AS shared
     FROM k b JOIN k a
       ON a.key = b.key AND a.seq < b.seq AND a.worker_id <> b.worker_id
-     AND a.ts >= b.ts - to_microseconds(CAST((SELECT window_s FROM params) / (SELECT time_scale FROM run_info) * 1e6 AS BIGINT))
+    WHERE CASE WHEN (SELECT rule FROM params) = 'lease' THEN
+              -- renewed by its holder's activity up to the later claim, and not ended by its holder before it
+              (SELECT max(x.ts) FROM act x WHERE x.worker_id = a.worker_id AND x.ts >= a.ts AND x.ts <= b.ts)
+                  >= b.ts - (SELECT life FROM params)
+              AND NOT EXISTS (
+                  SELECT 1 FROM ends e
+                  WHERE e.worker_id = a.worker_id AND e.ts <= b.ts AND e.seq > a.seq
+                    AND (e.type = 'CLAIM' OR e.ckey = claim_key(a.text)))
+          ELSE a.ts >= b.ts - (SELECT life FROM params) END
     GROUP BY ALL
 ),
 latest AS (
@@ -49,7 +74,7 @@ settled AS (
     FROM latest l JOIN dm
       ON dm.lo = least(l.worker_id, l.earlier_worker) AND dm.hi = greatest(l.worker_id, l.earlier_worker)
      AND dm.ts >= l.ts
-     AND dm.ts <= l.ts + to_microseconds(CAST((SELECT window_s FROM params) / (SELECT time_scale FROM run_info) * 1e6 AS BIGINT))
+     AND dm.ts <= l.ts + (SELECT life FROM params)
 )
 SELECT l.seq, l.worker_id, sched_s(l.ts) AS claimed_s, l.text, l.earlier_seq, l.earlier_worker,
        sched_dur_s(l.earlier_ts, l.ts) AS gap_s, l.shared,

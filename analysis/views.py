@@ -20,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 
+from agensh_ray.board.leases import CLAIM_FLOOR_WALL_S, CLAIM_RULES, claim_life_wall_s
 from agensh_ray.config import worker_ids
 from agensh_ray.errors import RunFolderError
 from agensh_ray.storage import fetch_run
@@ -183,16 +184,29 @@ def connect(
         if table in SCHEMAS and not any((run_dir / "trace" / table).glob("*.parquet")):
             body = f"CREATE OR REPLACE VIEW {name} AS {empty_select(table)}"
         elif name == "run_config":
+            rule, life = claim_life(cfg)
             body = _RUN_CONFIG.format(*map(sql_literal, [_num(cfg.get("workers")), _text(cfg.get("harness")),
-                                                         _num(cfg.get("time_scale")) or 1.0, _num(cfg.get("minutes"))]))
+                                                         _num(cfg.get("time_scale")) or 1.0, _num(cfg.get("minutes")),
+                                                         rule, life]))
         con.execute(body)
     return con
 
 
 _RUN_CONFIG = (  # views.sql's run_config, from config.json as Python read it (a missing key is null)
     "CREATE OR REPLACE VIEW run_config AS SELECT CAST({} AS BIGINT) AS workers, CAST({} AS VARCHAR) AS harness, "
-    "CAST({} AS DOUBLE) AS time_scale, CAST({} AS DOUBLE) AS minutes"
+    "CAST({} AS DOUBLE) AS time_scale, CAST({} AS DOUBLE) AS minutes, "
+    "CAST({} AS VARCHAR) AS claim_rule, CAST({} AS DOUBLE) AS claim_life_wall_s"
 )
+
+
+def claim_life(cfg: dict) -> tuple[str, float]:
+    """The run's claim rule and a claim's life without renewal in wall seconds, from config.json, by the
+    board's own definition (`agensh_ray.board.leases.claim_life_wall_s`). A config without `claims` is from a
+    run before the rule existed: `legacy`."""
+    rule = cfg.get("claims") if cfg.get("claims") in CLAIM_RULES else "legacy"
+    ttl = _num(cfg.get("claim_ttl_s")) or 3600.0
+    floor = _num(cfg.get("claim_floor_wall_s")) or CLAIM_FLOOR_WALL_S
+    return rule, claim_life_wall_s(ttl, _num(cfg.get("time_scale")) or 1.0, rule, floor)
 
 
 def _num(v):

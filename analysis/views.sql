@@ -169,9 +169,14 @@ UNION ALL
 
 -- Run settings from config.json (connect() reads config.json itself: a missing key is null, a missing
 -- time_scale 1).
+-- claim_rule and claim_life_wall_s: how long a claim lives without renewal, in wall seconds, by the run's
+-- rule (lease | legacy), as the board and the agents' prompt have it: connect() computes them from
+-- config.json with agensh_ray.board.leases.claim_life_wall_s (a run from before the rule existed: legacy,
+-- claim_ttl_s / time_scale). Read here without connect(): the legacy rule with the default TTL.
 CREATE OR REPLACE VIEW run_config AS
 SELECT CAST(workers AS BIGINT) AS workers, CAST(harness AS VARCHAR) AS harness,
-       CAST(coalesce(time_scale, 1.0) AS DOUBLE) AS time_scale, CAST(minutes AS DOUBLE) AS minutes
+       CAST(coalesce(time_scale, 1.0) AS DOUBLE) AS time_scale, CAST(minutes AS DOUBLE) AS minutes,
+       'legacy' AS claim_rule, 3600.0 / CAST(coalesce(time_scale, 1.0) AS DOUBLE) AS claim_life_wall_s
 FROM read_json_auto(getvariable('run_dir') || '/config.json');
 
 -- The run's workers, one row each: agensh_ray.config.worker_ids(config.json's `workers`), which
@@ -202,8 +207,19 @@ SELECT
     (SELECT max(hi) FROM span) AS ended,
     (SELECT count(*) FROM roster) AS workers,
     c.harness,
-    c.time_scale
+    c.time_scale,
+    c.claim_rule,
+    c.claim_life_wall_s
 FROM run_config c;
+
+-- The key of a CLAIM, a release (FAIL `release KEY: ...`) or a PATCH_SUMMARY (`KEY: ...`): its text up to
+-- the first colon (all of it without one), a leading claim/release word dropped, lower-cased, spaces
+-- collapsed, at most 60 characters. agensh_ray.board.leases.claim_key, in SQL (a test
+-- checks that the two agree).
+CREATE OR REPLACE MACRO claim_key(t) AS
+    left(trim(regexp_replace(regexp_replace(lower(trim(
+        CASE WHEN contains(t, ':') AND trim(split_part(t, ':', 1)) <> '' THEN split_part(t, ':', 1) ELSE t END)),
+        '^(claim(ed|ing)?|release[sd]?)\b *', ''), ' +', ' ', 'g')), 60);
 
 -- Schedule seconds since the run started, and between two timestamps.
 CREATE OR REPLACE MACRO sched_s(t) AS

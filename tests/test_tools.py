@@ -38,7 +38,8 @@ async def test_every_infra_tool_is_listed(host):
     async with Client(url(host)) as c:
         names = {t.name for t in (await c.list_tools()).tools}
     assert names == {
-        "board_write", "board_read", "board_unfold", "board_grep", "send_dm", "channel_post", "read_messages",
+        "board_write", "board_read", "board_unfold", "board_grep", "board_claims", "send_dm", "channel_post",
+        "read_messages",
         "pr_create", "pr_list", "pr_view", "pr_review", "pr_comment", "pr_merge", "issue_view",
     }
 

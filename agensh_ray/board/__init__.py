@@ -1,6 +1,7 @@
 """The board: typed, append-only, durable entries that every worker reads and writes (DESIGN.md, "Board").
 
-    limits.py   BoardLimits (sizes, recent view, CLAIM TTL, grep bounds) and the entry type codes
+    limits.py   BoardLimits (sizes, recent view, CLAIM TTL and rule, grep bounds) and the entry type codes
+    leases.py   a claim's key and life (rule lease | legacy), ClaimBook: open claims by key and holder
     query.py    what a grep pattern means: RE2, case folding, literal prefilter, refused patterns
     columns.py  the in-memory columnar layout and search blocks
     search.py   the grep walk over the blocks, in steps

@@ -2,7 +2,7 @@
 
 The remote is the board actor behind `agensh_ray.actors.proxy.AsyncProxy` in a run, or a
 `BoardService` itself in tests (no Ray): both answer `write_acks`, `recent_delta`, `since_rows`,
-`wait_since_rows`, `grep`, `unfold`, `last_seq`, `cursor_at` and `info`, with refusals returned as
+`wait_since_rows`, `grep`, `claims`, `touch`, `unfold`, `last_seq`, `cursor_at` and `info`, with refusals returned as
 `BoardError` values, which the client raises again with the board's own message.
 
 What the client adds, for the hot paths at 1,024 workers:
@@ -253,6 +253,14 @@ class BoardClient:
         self, pattern: str, regex: bool = True, limit: int = 50, type: str | None = None
     ) -> list[BoardEntry]:
         return raise_if_error(await self._call("a search", self.remote.grep(pattern, regex, limit, type)))
+
+    async def aclaims(self, key: str | None = None) -> list[Any]:
+        """The open claims on `key`, oldest first, or every open claim (`BoardService.claims`): `Lease`s."""
+        return raise_if_error(await self._call("a claims lookup", self.remote.claims(key)))
+
+    async def atouch(self, worker: str) -> None:
+        """Renew `worker`'s open claims (it acted on the forge); see `BoardService.touch`."""
+        await self._call("a claim renewal", self.remote.touch(worker))
 
     async def aunfold(self, seq: int) -> BoardEntry:
         return raise_if_error(await self._call("an unfold", self.remote.unfold(seq)))

@@ -6,8 +6,11 @@ run's config. The type codes are what the columnar store keeps per entry (one by
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from agensh_ray.board.leases import CLAIM_FLOOR_WALL_S
 from agensh_ray.models import EntryType
 
 TYPES: tuple[EntryType, ...] = tuple(EntryType)
@@ -35,7 +38,15 @@ class BoardLimits(BaseModel):
     recent_limit: int = 2000
     """Most entries `recent()` returns (the newest ones)."""
     claim_ttl_s: float = 3600
-    """CLAIMs older than this (board clock seconds) are hidden from `recent()`; grep still finds them."""
+    """A claim's life without renewal, in schedule seconds (`BoardService` turns it into wall seconds with
+    `agensh_ray.board.leases.claim_life_wall_s`; a bare `Board` takes it as wall seconds). CLAIMs older than
+    that are hidden from `recent()`; grep still finds them; `claims()` lists the open ones by key."""
+    claim_rule: Literal["lease", "legacy"] = "legacy"
+    """How a claim lives: `lease` (a floor in wall seconds, renewed by its holder's activity) or `legacy`
+    (claim_ttl_s / time_scale from its entry, nothing renews it); see agensh_ray/board/leases.py. A run sets
+    it from `RunConfig.claims`."""
+    claim_floor_wall_s: float = Field(CLAIM_FLOOR_WALL_S, gt=0)
+    """Under `lease`: the shortest life of a claim, in wall seconds, whatever the time scale."""
     grep_limit_max: int = 500
     """Upper bound for `grep(limit=...)`."""
     grep_budget_s: float = 3.0

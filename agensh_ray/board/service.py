@@ -26,10 +26,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agensh_ray.board.leases import Lease, claim_life_wall_s
 from agensh_ray.board.limits import BoardLimits
 from agensh_ray.board.store import Board
 from agensh_ray.errors import BoardError
@@ -89,13 +91,14 @@ class BoardService:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._trace = TraceWriter(run_dir, "board", run_id) if run_dir else None
-        # Entry timestamps stay real UTC (the trace joins tables on them); time_scale compresses the
-        # schedule constant instead: a claim TTL of 1 schedule hour lasts 1/time_scale wall hours.
-        # (start_time is kept for callers; the clock no longer needs it.)
+        # Entry timestamps stay real UTC (the trace joins tables on them); time_scale turns the schedule
+        # constant into wall seconds instead, by the run's claim rule (agensh_ray/board/leases.py): under
+        # `legacy` a claim TTL of 1 schedule hour lasts 1/time_scale wall hours; under `lease` never less
+        # than claim_floor_wall_s. (start_time is kept for callers; the clock no longer needs it.)
         limits = limits or BoardLimits()
-        scale = float(time_scale)
-        if scale != 1.0:
-            limits = limits.model_copy(update={"claim_ttl_s": limits.claim_ttl_s / scale})
+        life = claim_life_wall_s(limits.claim_ttl_s, float(time_scale), limits.claim_rule, limits.claim_floor_wall_s)
+        if life != limits.claim_ttl_s:
+            limits = limits.model_copy(update={"claim_ttl_s": life})
         self.board = Board(Path(log_path), limits, clock)
         self._gc_ms: deque[tuple[int, float]] = deque(maxlen=1000)
         """(generation, pause ms) of this process's latest garbage collections, for `info`."""
@@ -340,6 +343,18 @@ class BoardService:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
 
+    async def claims(self, key: str | None = None) -> list[Lease] | BoardError:
+        """The open claims on `key`, oldest first (every open claim when None): `Board.open_claims`."""
+        try:
+            return [replace(c) for c in self.board.open_claims(key)]  # copies: a caller in this process owns them
+        except BoardError as exc:
+            return exc
+
+    async def touch(self, worker: str) -> None:
+        """`worker` acted on the forge: its open claims are renewed (`Board.touch`, rule `lease`)."""
+        if isinstance(worker, str) and worker:
+            self.board.touch(worker)
+
     async def info(self) -> dict[str, Any]:
         """Where the log is, how big the board is, and group-commit counters since this process started."""
         board = self.board
@@ -349,6 +364,7 @@ class BoardService:
             "last_seq": board.last_seq,
             "last_ts": board.last_ts,
             "claim_ttl_s": board.limits.claim_ttl_s,
+            "claim_rule": board.limits.claim_rule,
             "pid": os.getpid(),
             "commits": self._commits,
             "entries_committed": self._written,

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from agensh_ray.applog import AppendLog
 from agensh_ray.board.columns import Columns
+from agensh_ray.board.leases import ClaimBook, Lease, claim_life_wall_s
 from agensh_ray.board.limits import CLAIM_CODE, TYPE_CODE, VALID_TYPES, BoardLimits
 from agensh_ray.board.query import compile_query
 from agensh_ray.board.search import search_steps
@@ -73,6 +74,13 @@ class Board:
         self.clock = clock
         self._cols = Columns()
         self._next_seq = 1
+        lim = self.limits
+        life = claim_life_wall_s(lim.claim_ttl_s, 1.0, lim.claim_rule, lim.claim_floor_wall_s)
+        if life != lim.claim_ttl_s:  # (the service passes the life already in wall seconds: no change)
+            self.limits = lim = lim.model_copy(update={"claim_ttl_s": life})
+        self.claims = ClaimBook(life, lim.claim_rule)
+        """The open claims by key and holder (agensh_ray/board/leases.py), fed every entry as it becomes visible."""
+        self._claim_codes = frozenset(TYPE_CODE[t] for t in ("CLAIM", "FAIL", "PATCH_SUMMARY"))
         self._open_and_reload()
 
     # ------------------------------------------------------------ persistence
@@ -111,11 +119,10 @@ class Board:
                     seq = int(d["seq"])
                     if seq < self._next_seq:
                         raise ValueError(f"seq {seq} is not above {self._next_seq - 1}")
-                    append(
-                        seq, int(d["ts"]), TYPE_CODE[d["type"]], d["text"], d.get("detail"), d["worker_id"],
-                        d.get("request_id"),
-                    )
+                    code = TYPE_CODE[d["type"]]
+                    append(seq, int(d["ts"]), code, d["text"], d.get("detail"), d["worker_id"], d.get("request_id"))
                     self._next_seq = seq + 1
+                    self._track_claims(seq, int(d["ts"]), code, d["type"], d["text"], d["worker_id"])
                 except (ValueError, KeyError, TypeError) as exc:
                     self._log.skipped(k, repr(exc))
 
@@ -237,9 +244,11 @@ class Board:
     def apply(self, pb: PreparedBatch) -> list[Row | BoardError]:
         """Publish a durable batch to readers; returns the per-entry results."""
         append = self._cols.append
+        track = self._track_claims
         for p in pb.new:
             r = p.row
             append(r.seq, r.ts, p.code, r.text, r.detail, r.worker_id, r.request_id)
+            track(r.seq, r.ts, p.code, r.type, r.text, r.worker_id)
         if pb.new:
             self._next_seq = pb.new[-1].row.seq + 1
         return pb.results
@@ -277,6 +286,33 @@ class Board:
 
     def __len__(self) -> int:
         return len(self._cols)
+
+    # ------------------------------------------------------------ claims
+
+    def _track_claims(self, seq: int, ts: int, code: int, type: str, text: str, worker: str) -> None:
+        """Feed one visible entry to the claim book (only the entries that can change it: the hot path)."""
+        book = self.claims
+        if code in self._claim_codes or worker in book.by_worker:
+            book.entry(seq, ts, type, text, worker)
+
+    def open_claims(self, key: str | None = None) -> list[Lease]:
+        """The open claims on `key` (a claim's text up to its colon, or that text itself), oldest first, or
+        every open claim (each key's oldest first) when `key` is None: answered from the claim book's index,
+        whatever the size of the board or of its recent view."""
+        now = int(self.clock() * 1e6)
+        if key is None:
+            return self.claims.open_all(now)
+        if not isinstance(key, str) or not key.strip():
+            raise BoardError("key is empty: give the feature a claim names before its colon (e.g. tac)")
+        if len(key) > 200 or (bad := one_line_problem(key)) is not None:
+            raise BoardError("key must be one line of at most 200 characters"
+                             + (f"; it has {bad}" if len(key) <= 200 else ""))
+        return self.claims.open_on(key, now)
+
+    def touch(self, worker: str) -> None:
+        """`worker` did something outside the board (a PR opened, commented, reviewed, merged): under the
+        `lease` rule its open claims live on from now."""
+        self.claims.touch(worker, max(int(self.clock() * 1e6), self.last_ts))
 
     def _claim_cutoff(self) -> int:
         return int((self.clock() - self.limits.claim_ttl_s) * 1e6)

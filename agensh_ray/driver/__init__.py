@@ -110,7 +110,8 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
         self._doing("starting the board, chat and forge (Ray actors, each a new process) and the task's repository")
         self.board = get_or_create_board(
             f"board-{self.run_id}", str(self.run_dir / "board" / "board.jsonl"),
-            limits=BoardLimits(claim_ttl_s=self.cfg.claim_ttl_s), time_scale=self.cfg.time_scale,
+            limits=BoardLimits(claim_ttl_s=self.cfg.claim_ttl_s, claim_rule=self.cfg.claims,
+                               claim_floor_wall_s=self.cfg.claim_floor_wall_s), time_scale=self.cfg.time_scale,
             run_dir=rd, run_id=self.run_id, **self.placement,
         )
         # by --forge/--chat name

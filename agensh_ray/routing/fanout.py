@@ -14,16 +14,19 @@ summary line).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from agensh_ray.board.leases import ClaimBook, claim_key
 from agensh_ray.models import BoardEntry, ChatMessage, EntryType, ForgeEvent, now_us
-from agensh_ray.render import board_text, dm_text, forge_text, post_text
+from agensh_ray.render import board_text, dm_text, forge_text, post_text, quote
 from agensh_ray.routing.claims import Claims
 from agensh_ray.wire import Event, Row
 
 POLICIES = ("all", "relevant")
+_WORD = re.compile(r"[\w-]+")
 
 
 @dataclass
@@ -43,6 +46,12 @@ class Fanout:
     policy: str = "all"
     claim_ttl_s: float = 3600.0
     claims: Claims = field(default_factory=Claims)
+    leases: ClaimBook | None = None
+    """Under the claim rule `lease` (agensh_ray/board/leases.py): the open claims as the board keeps them, fed
+    the same entries and the holders' PR actions; an overlapping CLAIM or PR is then pushed, high, to both the
+    first holder and the newcomer (`_claim_overlap`, `_pr_overlap`). None (rule `legacy`): no overlap push."""
+    seeded_upto: int = 0
+    """The board entry the claim book was seeded at (`seed`): older entries, replayed, do not change it."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -58,11 +67,68 @@ class Fanout:
         """Workers whose active claim shares a distinctive word with `text` (now_ts: board clock, us)."""
         return self.claims.claimants(text, now_ts - int(self.claim_ttl_s * 1e6))
 
+    def seed(self, leases: list[Any], upto: int) -> None:
+        """Start the claim book from the board's open claims as of its entry `upto` (a router's resume); the
+        entries up to there, replayed, leave it alone."""
+        if self.leases is None:
+            return
+        book = self.leases
+        book.by_key.clear()
+        book.by_worker.clear()
+        for c in leases:
+            book.by_key.setdefault(c.key, []).append(c)
+            book.by_worker.setdefault(c.worker, []).append(c)
+        self.seeded_upto = upto
+
+    def use_leases(self, life_s: float, rule: str) -> None:
+        """Follow the board's claim rule (its `info`): `lease` turns the overlap push on."""
+        self.claim_ttl_s = life_s
+        if rule == "lease":
+            if self.leases is None:
+                self.leases = ClaimBook(life_s, rule)
+            else:
+                self.leases.set_life(life_s, rule)
+        else:
+            self.leases = None
+
+    def _push(self, out: dict[str, list[Event]], source: str, seq: int, text: str, workers: Iterable[str],
+              ts: int, label: str) -> None:
+        """One high event to each named worker (on its own host), whoever wrote what caused it."""
+        by_host: dict[str, list[str]] = defaultdict(list)
+        for w in dict.fromkeys(workers):
+            h = self.host_of.get(w)
+            if h is not None:
+                by_host[h].append(w)
+        for h, ws in by_host.items():
+            out[h].append(Event(source, seq, "overlap", text, "", ts, tuple(ws), (), label=label))
+
+    def _claim_overlap(self, out: dict[str, list[Event]], e: BoardEntry, ts: int) -> None:
+        """A CLAIM on a key someone else holds: both are told at once (the earlier claim wins)."""
+        book = self.leases
+        assert book is not None
+        key = claim_key(e.text)
+        held = [c for c in book.open_on(key, e.ts) if c.worker != e.worker_id]
+        book.entry(e.seq, e.ts, e.type.value, e.text, e.worker_id)
+        if not held:
+            return
+        first = held[0]
+        if first.seq > e.seq:  # (a replay): nothing to say
+            return
+        text = (f"[claims] overlap on {quote(key)}: {first.worker} claimed it first (#{first.seq}), "
+                f"{e.worker_id} later (#{e.seq}). The earlier claim wins: {e.worker_id}, back off "
+                f"(a FAIL `release KEY: why`) and DM {first.worker}.")
+        self._push(out, "board", e.seq, text, (first.worker, e.worker_id), ts, "CLAIM")
+
     # -- per source ----------------------------------------------------------------------
     def board(self, entries: Iterable[BoardEntry]) -> dict[str, list[Event]]:
         out: dict[str, list[Event]] = defaultdict(list)
         ts = now_us()
         for e in entries:
+            if self.leases is not None and e.seq > self.seeded_upto:
+                if e.type is EntryType.CLAIM:
+                    self._claim_overlap(out, e, ts)
+                else:
+                    self.leases.entry(e.seq, e.ts, e.type.value, e.text, e.worker_id)
             row = Row(e.seq, e.ts, e.type.value, e.text, e.worker_id, e.has_detail)
             base = Event("board", e.seq, "board", board_text(e), e.worker_id, ts, label=e.type.value, row=row)
             if self.policy == "all" or e.type is EntryType.FAIL:
@@ -98,10 +164,32 @@ class Fanout:
                 out[h].append(ev)
         return out
 
+    def _pr_overlap(self, out: dict[str, list[Event]], fe: ForgeEvent, ts: int) -> None:
+        """A PR opened on a key someone else holds (its branch's last part or its title names the key): its
+        author and the holder are told at once."""
+        book = self.leases
+        assert book is not None
+        branch = (fe.ref or "").rsplit("/", 1)[-1].lower()
+        title = fe.detail.lower()
+        words = set(_WORD.findall(f"{branch} {title}"))
+        for key in list(book.by_key):
+            if key in words or (" " in key and key in title):
+                held = book.open_on(key, fe.ts)
+                if held and held[0].worker != fe.actor:
+                    first = held[0]
+                    text = (f"[claims] overlap on {quote(key)}: PR #{fe.pr} by {fe.actor} is about what "
+                            f"{first.worker} claimed first (#{first.seq}). The earlier claim wins: "
+                            f"{fe.actor} and {first.worker}, settle it by DM before either merges.")
+                    self._push(out, "forge", fe.seq, text, (first.worker, fe.actor), ts, "PR")
+
     def forge(self, events: Iterable[ForgeEvent]) -> dict[str, list[Event]]:
         out: dict[str, list[Event]] = defaultdict(list)
         ts = now_us()
         for fe in events:
+            if self.leases is not None and fe.kind.startswith("pr_"):
+                self.leases.touch(fe.actor, fe.ts)  # a PR action renews its actor's claims (as the board's touch)
+                if fe.kind == "pr_opened":
+                    self._pr_overlap(out, fe, ts)
             text = forge_text(fe)
             for w in dict.fromkeys(fe.notify):  # one event per worker: forge events are few, and each wakes its worker
                 h = self.host_of.get(w)

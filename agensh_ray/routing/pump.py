@@ -118,10 +118,23 @@ class RouterPump:
             self.cursors[src] = min((c.get(src, 0) for c in got.values()), default=0)
         for h, c in got.items():
             self.outboxes[h].sent = dict(c)
+        await self._claim_rule()
         if self.fanout.policy == "relevant" and self.cursors["board"]:
             await self._rebuild_claims(self.cursors["board"])
         self._tasks = [asyncio.create_task(self._read_loop(s), name=s) for s in SOURCES]
         self._tasks += [asyncio.create_task(self._send_loop(h), name=f"send-{h}") for h in self.links]
+
+    async def _claim_rule(self) -> None:
+        """Follow the board's claim rule; under `lease`, start the overlap push's claim book from the board's
+        open claims (its index: nothing is replayed)."""
+        try:
+            info = await self.sources.board_info()
+            self.fanout.use_leases(info.get("claim_ttl_s", self.fanout.claim_ttl_s), info.get("claim_rule", "legacy"))
+            if self.fanout.leases is not None:
+                self.fanout.seed(await self.sources.board_claims(), info.get("last_seq", 0))
+        except Exception as exc:  # a board restarting: no overlap push until this router resumes again
+            log.warning("router %s: no claims from the board (%s); no claim overlap push", self.router_id, exc)
+            self.fanout.use_leases(self.fanout.claim_ttl_s, "legacy")
 
     async def _rebuild_claims(self, upto: int) -> None:
         """Replay the claim-relevant window of the board into the claims view (nothing is delivered)."""

@@ -42,5 +42,8 @@ class ServiceSources:
     async def board_cursor_at(self, ts: int) -> int:
         return await self.board.acursor_at(ts)
 
+    async def board_claims(self) -> list[Any]:
+        return await self.board.aclaims(None)
+
     async def board_since(self, cursor: int, limit: int) -> list[BoardEntry]:
         return await self.board.asince(cursor, limit)

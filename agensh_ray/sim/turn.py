@@ -100,6 +100,11 @@ class Turn:
         return "board_read" in self.s.tools
 
     @property
+    def keyed(self) -> bool:
+        """The run finds claims by key (`board_claims`, claim rule `lease`)."""
+        return "board_claims" in self.s.tools
+
+    @property
     def chat(self) -> bool:
         return "send_dm" in self.s.tools
 
@@ -232,7 +237,9 @@ class Turn:
         board = await self.tool("board_read", limit=2000)
         done = {f for _, f in SUMMARY_RE.findall(board)} | self.s.merged_seen
         self.s.summaries = len(done)
-        claims = self._active_claims(board)
+        # Who holds what: the board's claim index when the run has it (rule `lease`: found by key whatever the
+        # size of the recent view), else the claims the recent view still shows.
+        claims = self._active_claims(await self.tool("board_claims") if self.keyed else board)
         if self.s.wind_down:
             await self.say("Wind-down: no new features.")
             return None
@@ -270,7 +277,10 @@ class Turn:
         )
         my_seq = int(re.search(r"#(\d+)", entry).group(1))
         # Settle a collision: the earliest claim wins, later claimants back off and say so by DM.
-        same = await self.tool("board_grep", pattern=f"(claim|release) {re.escape(feature)}:", limit=200)
+        if self.keyed:  # the open claims on this key, oldest first, however many entries are about it
+            same = await self.tool("board_claims", key=feature)
+        else:  # (rule `legacy`): the 200 newest entries about it
+            same = await self.tool("board_grep", pattern=f"(claim|release) {re.escape(feature)}:", limit=200)
         rivals = [(seq, w) for seq, w, f in self._open_claims(same) if f == feature and w != self.s.worker]
         earlier = [(seq, w) for seq, w in rivals if seq < my_seq]
         if earlier:

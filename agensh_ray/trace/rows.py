@@ -155,7 +155,8 @@ class DeliveryRow(TraceRow):
     identity: ClassVar[tuple[str, ...]] = ("event_id", "worker_id")  # one event reaches many workers
 
     kind: str
-    """board | dm | channel | forge | nudge | share_findings | wind_down | summary."""
+    """board | dm | channel | forge | nudge | share_findings | wind_down | summary | overlap (a claim or PR on a key
+    another worker holds, pushed to both: agensh_ray/routing/fanout.py)."""
     priority: str
     """high (mid-turn) | low (next turn start)."""
     via: str

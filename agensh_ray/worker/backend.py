@@ -17,6 +17,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 from agensh_ray.board import BoardLimits
+from agensh_ray.board.leases import Lease
 from agensh_ray.errors import AGENT_REFUSALS, ToolFailure
 from agensh_ray.inputs import forge_text_problem, whole_number
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
@@ -112,6 +113,22 @@ class ToolsBackend:
         limit = _arg(limit, "limit", _BOARD.grep_limit_max)
         return await self._call(self.services.board.agrep(pattern, regex=regex, limit=limit))
 
+    async def board_claims(self, worker: str, key: str) -> list[Lease]:
+        if not isinstance(key, str):
+            raise ToolFailure(f"key must be a text (a feature's name, as a CLAIM names it before its colon), "
+                              f"not {key!r}")
+        return await self._call(self.services.board.aclaims(key.strip() or None))
+
+    async def _renew(self, worker: str) -> None:
+        """A PR action renews the worker's open claims (rule `lease`; see agensh_ray/board/leases.py). Best
+        effort: the action itself succeeded, and the next board write renews them anyway."""
+        touch = getattr(self.services.board, "atouch", None)
+        if touch is not None:
+            try:
+                await touch(worker)
+            except Exception:  # a board restarting: not the agent's problem
+                pass
+
     # -- chat -----------------------------------------------------------------------------
     async def send_dm(self, worker: str, to: str, text: str) -> ChatMessage:
         await self.rates.take(worker, "send_dm")
@@ -128,7 +145,9 @@ class ToolsBackend:
     async def pr_create(self, worker: str, head: str, title: str, body: str) -> PullRequest:
         await self.rates.take(worker, "pr_create")
         _forge_texts(title=title, body=body, head=head)
-        return await self._call(self.services.forge.pr_create(worker, head, title, body))
+        pr = await self._call(self.services.forge.pr_create(worker, head, title, body))
+        await self._renew(worker)
+        return pr
 
     async def pr_list(self, worker: str, state: str) -> list[PullRequest]:
         if state not in PR_STATES:
@@ -143,16 +162,22 @@ class ToolsBackend:
         if verdict not in VERDICTS:
             raise ToolFailure(f"verdict must be approve, comment or request_changes, not {verdict!r}")
         _forge_texts(review=body)
-        return await self._call(self.services.forge.pr_review(_arg(number, "number"), worker, verdict, body))
+        pr = await self._call(self.services.forge.pr_review(_arg(number, "number"), worker, verdict, body))
+        await self._renew(worker)
+        return pr
 
     async def pr_comment(self, worker: str, number: int, body: str) -> PullRequest:
         await self.rates.take(worker, "pr_comment")
         _forge_texts(comment=body)
-        return await self._call(self.services.forge.pr_comment(_arg(number, "number"), worker, body))
+        pr = await self._call(self.services.forge.pr_comment(_arg(number, "number"), worker, body))
+        await self._renew(worker)
+        return pr
 
     async def pr_merge(self, worker: str, number: int) -> PullRequest:
         await self.rates.take(worker, "pr_merge")
-        return await self._call(self.services.forge.pr_merge(_arg(number, "number"), worker))
+        pr = await self._call(self.services.forge.pr_merge(_arg(number, "number"), worker))
+        await self._renew(worker)
+        return pr
 
     async def issue_view(self, worker: str, number: int) -> str:
         return fmt_issue(await self._call(self.services.forge.issue_view(_arg(number, "number"))))

@@ -213,9 +213,16 @@ class WorkerHost:
 
     async def release_claims(self, w: Worker, why: str) -> None:
         """A FAIL "release ..." on the board, on the worker's behalf, for each CLAIM it made since its last
-        PATCH_SUMMARY: its peers may take that work."""
+        PATCH_SUMMARY (claim rule `lease`: each claim it holds open): its peers may take that work."""
         try:
             board = self.services.board
+            if self.cfg.claims == "lease":  # its open claims, from the board's index (exact at any board size)
+                for c in await board.aclaims():
+                    if c.worker == w.id:  # ("release <its text>" has its key: agensh_ray/board/leases.py)
+                        subject = c.text[len("claim "):] if c.text.lower().startswith("claim ") else c.text
+                        text = f"release {subject}"[:70] + f": {w.id} stopped"
+                        await board.awrite(BoardEntryIn(worker_id=w.id, type="FAIL", text=text[:100], detail=why))
+                return
             claims = [e for e in await board.agrep(".", regex=True, limit=500, type="CLAIM") if e.worker_id == w.id]
             done = [e.seq for e in await board.agrep(".", regex=True, limit=500, type="PATCH_SUMMARY")
                     if e.worker_id == w.id]

@@ -207,7 +207,9 @@ class Worker:
         body = render(pending, mid_turn=False)
         if trigger == "first" or self.handoff:  # a new session knows nothing yet
             self.handoff = False
-            first = prompts.baseline(self.id) if host.cfg.baseline else prompts.worker(self.id, host.cfg.workers)
+            cfg = host.cfg
+            first = prompts.baseline(self.id) if cfg.baseline else prompts.worker(
+                self.id, cfg.workers, prompts.claims(cfg.claims, cfg.claim_life_wall_s, cfg.time_scale))
             return first + ("\n\n" + body if body else "")
         return f"worker id: {self.id}\n" + (body or "Continue.")
 
