@@ -201,7 +201,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
         one here (after a running one on main's commit, which it cancels if main moved on); main unchanged
         since the last one repeats its result."""
         try:  # no checkpoint failure ends the run: it is recorded (checkpoints.failure) and the run goes on
-            url = call("forge", lambda: self.forge.clone_url.remote("admin"))
+            url = self.forge_url()
         except Exception as exc:
             self.checkpoints.failure(checkpoint, exc)
             if checkpoint == "final":
@@ -211,6 +211,10 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots):
             self._final_score = self.checkpoints.final(url)
         else:
             self.checkpoints.periodic(url, deadline_wall=self.start_wall + self.cfg.deadline_wall_s)
+
+    def forge_url(self) -> str:
+        """main's clone URL for the checkpoints (the admin's)."""
+        return call("forge", lambda: self.forge.clone_url.remote("admin"))
 
     @property
     def last_score(self) -> float | None:

@@ -22,7 +22,8 @@ Periodic checkpoints are due on a fixed grid, every `every_s` schedule seconds f
 printing progress meanwhile); one at a time: a checkpoint due while one runs starts as soon as that one ends
 (late is fine); when the next one's time comes before it could start (an evaluation longer than the cadence,
 as on a loaded machine), or the final one is due within one checkpoint's duration, it is missed, and recorded:
-a `lifecycle` row `checkpoint_missed` saying why, counted in `missed`. The final one waits for a running one.
+a `lifecycle` row `checkpoint_missed` saying why, counted in `missed`. The final one waits for a running
+one on main's commit and cancels one on an older commit (below).
 
 A main that does not build (no compile.sh at its top, a failing build) is scored as ProgramBench scores it:
 0.0 with the Evaluator's `compile_failed`, a result like any other (eval.json, `scores` row). Any other failure
@@ -47,8 +48,9 @@ busy cores), so it is spent only where it can tell something:
 * `periodic` starts none when the final one is due within one checkpoint's duration (the last
   evaluation's, which tells the machine's load now): the final one would wait for it (recorded missed).
 * `final` cancels a background checkpoint still scoring an older commit than main's (`git ls-remote`):
-  its sandboxes are killed (agensh_ray/task/sandbox.py) and nothing of it is written, instead of the
-  final one waiting for a result it makes obsolete.
+  its sandboxes are killed (agensh_ray/task/sandbox.py) and nothing of it is written then, instead of the
+  final one waiting for it; `catch_up` (the driver, after the final one) scores it again on the commit and
+  schedule time it had taken, so the time series keeps its point (an interrupted run records it missed).
 """
 
 from __future__ import annotations
@@ -136,6 +138,11 @@ class Checkpoints:
         self._last_strict: Path | None = None
         self._running_commit: str | None = None
         self._running_label: str | None = None
+        self._started_slot: int | None = None
+        self._cancelled_job: tuple[str, str, float, int | None] | None = None
+        """A background checkpoint the final one cancelled: (label, commit, schedule_s, slot), scored by
+        `catch_up` after the final one (main as it was at its time: late, not lost)."""
+        self._grid_open = True
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -160,7 +167,7 @@ class Checkpoints:
         """Whether a periodic checkpoint should start now: its time on the grid has come and none is running.
         A checkpoint whose successor's time came before it could start is recorded missed (why: the one still
         evaluating)."""
-        if self.every_s is None:
+        if self.every_s is None or not self._grid_open:
             return False
         now = time.time() if now is None else now
         slot = int((now - self.start_wall) * self.time_scale // self.every_s)  # the latest grid time passed
@@ -177,7 +184,7 @@ class Checkpoints:
     def end_grid(self, now: float | None = None) -> None:
         """The run stopped (deadline, done, interrupted): periodic checkpoints due by now that did not start are
         recorded missed, and none is due after."""
-        if self.every_s is not None and self._slot is not None:
+        if self.every_s is not None and self._slot is not None and self._grid_open:
             now = time.time() if now is None else now
             last = int((now - self.start_wall) * self.time_scale // self.every_s)
             while self._slot <= last:
@@ -185,7 +192,7 @@ class Checkpoints:
                            "was still being scored); the final checkpoint scores main" if self._running_label else
                            "the run stopped before it could start; the final checkpoint scores main")
                 self._slot += 1
-        self.every_s = None
+        self._grid_open = False
 
     def _miss(self, slot: int, why: str) -> None:
         self.missed += 1
@@ -209,7 +216,10 @@ class Checkpoints:
                 self._miss(slot, f"the final checkpoint is due within one checkpoint's duration "
                                  f"({self.eval_s[-1]:.0f} s, the last one's)")
             return "final_soon"
-        return "started" if self.start("periodic", clone_url) else "busy"
+        if not self.start("periodic", clone_url):
+            return "busy"
+        self._started_slot = slot
+        return "started"
 
     def final(self, clone_url: str) -> ScoreSummary:
         """The final checkpoint, here. A background one still scoring an older commit than main's is cancelled
@@ -222,6 +232,26 @@ class Checkpoints:
                 self._cancel.set()
         self.wait()
         return self.run("final", clone_url) or self.fallback()
+
+    def catch_up(self, clone_url: str, interrupted: bool = False) -> None:
+        """After the final checkpoint: score the background one it cancelled, on the commit and with the schedule
+        time it had taken (late, at the caller's priority, not lost); an interrupted run records it missed."""
+        job, self._cancelled_job = self._cancelled_job, None
+        if job is None:
+            return
+        label, commit, schedule_s, slot = job
+        if interrupted:
+            if slot is not None and self.every_s is not None:
+                self._miss(slot, "cancelled for the final checkpoint, and the run was interrupted before it could be "
+                                 "scored again")
+            return
+        last, self._running_label = self.last, f"{self.seq + 1:02d}-{label}"
+        try:
+            self._run(label, clone_url, None, commit=commit, schedule_s=schedule_s)
+        except Exception as exc:
+            self.failure(label, exc)
+        finally:
+            self.last, self._running_label = last, None  # the progress line and fallback keep main's latest
 
     def note(self) -> str:
         """What the progress line adds to the score: checkpoints missed or failed, and the last failure."""
@@ -276,17 +306,20 @@ class Checkpoints:
         finally:
             self._running_label = None
 
-    def _run(self, label: str, clone_url: str, cancel: threading.Event | None) -> ScoreSummary | None:
+    def _run(self, label: str, clone_url: str, cancel: threading.Event | None, commit: str | None = None,
+             schedule_s: float | None = None) -> ScoreSummary | None:
         with self._lock:
             t0 = time.time()
-            schedule_s = (t0 - self.start_wall) * self.time_scale
+            schedule_s = (t0 - self.start_wall) * self.time_scale if schedule_s is None else schedule_s
             repo = self.run_dir / "score" / "main"
             if (repo / ".git").exists():
                 _git(["-C", str(repo), "fetch", "-q", clone_url, "+refs/heads/main:refs/remotes/origin/main"])
-                _git(["-C", str(repo), "reset", "-q", "--hard", "origin/main"])
+                _git(["-C", str(repo), "reset", "-q", "--hard", commit or "origin/main"])
             else:
                 repo.parent.mkdir(parents=True, exist_ok=True)
                 _git(["clone", "-q", clone_url, str(repo)])
+                if commit:
+                    _git(["-C", str(repo), "reset", "-q", "--hard", commit])
             commit = _git(["-C", str(repo), "rev-parse", "HEAD"]).strip()
             self._running_commit = commit
             try:
@@ -314,6 +347,7 @@ class Checkpoints:
                         log.exception("checkpoint %s: the strict evaluation of %s failed", label, commit)
                 if cancel is not None and cancel.is_set():
                     self.cancelled += 1
+                    self._cancelled_job = (label, commit, schedule_s, self._started_slot)
                     log.info("checkpoint %s of %s cancelled: main moved on and the final one is due", label, commit)
                     return None
                 self.eval_s.append(time.time() - t0)
