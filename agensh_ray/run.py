@@ -17,6 +17,7 @@ import logging
 import shutil
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -252,13 +253,20 @@ def _from_file(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
         p.error(str(exc))
 
 
+def refuse(reason: str) -> NoReturn:
+    """A refusal that is not about the command line's syntax: the reason alone, exit 2 (as `_main`'s checks)."""
+    print(f"error: {reason}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 RESUME_FLAGS = ("resume", "run_dir", "address", "no_ship_code", "verbose")
 """What may come with --resume (the rest of the run's settings are in its config.json)."""
 
 
 def _resume(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
     """--resume RUN_ID: the run's own config.json, with this command line's Ray address; the folder checked
-    resumable (agensh_ray/driver/resume.py) before Ray starts."""
+    resumable (agensh_ray/driver/resume.py) before Ray starts. A refusal is its reason alone (exit 2): the
+    usage text says nothing about a run that cannot be resumed."""
     global VERBOSE
     VERBOSE = a.verbose
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -270,7 +278,7 @@ def _resume(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
             flag.setdefault(act.dest, act.option_strings[0])
     extra = sorted(flag.values())
     if extra:
-        p.error(f"--resume goes on with the run's own settings (its config.json): drop {', '.join(extra)}")
+        refuse(f"--resume goes on with the run's own settings (its config.json): drop {', '.join(extra)}")
     from agensh_ray import storage
     from agensh_ray.driver.resume import read_state
 
@@ -280,9 +288,9 @@ def _resume(p: argparse.ArgumentParser, a: argparse.Namespace) -> RunConfig:
         read_state(folder)
         cfg = RunConfig.model_validate_json((folder / "config.json").read_text())
     except ValidationError as exc:
-        p.error(f"{folder / 'config.json'}: " + "; ".join(_flag(e["loc"]) + e["msg"] for e in exc.errors()))
+        refuse(f"{folder / 'config.json'}: " + "; ".join(_flag(e["loc"]) + e["msg"] for e in exc.errors()))
     except (RunFolderError, OSError) as exc:
-        p.error(str(exc))
+        refuse(str(exc))
     # the --run-dir given now (it holds the run; the one in config.json may be relative to another folder)
     return cfg.model_copy(update={"resume": True, "overwrite": False, "run_dir": a.run_dir, "run_id": a.resume,
                                   "address": a.address if a.address is not None else cfg.address,
@@ -330,6 +338,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         task = Task.load(cfg.task)
         task.check_available()  # e.g. programbench:<id> without Docker: fails here, in seconds
+        task.check_for(cfg.harness)  # a folder missing part of the format; the sim on a task without an oracle
         if cfg.sandbox.enabled:
             sandbox.require()
     except (TaskError, SandboxUnavailable) as exc:

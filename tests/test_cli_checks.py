@@ -234,3 +234,16 @@ def test_resume_takes_an_interrupted_run_and_one_driver_at_a_time(tmp_path):
         run = Run(cfg, Task.load("textkit"))
         with pytest.raises(RunFolderError, match="another driver is running run stopped"):
             run._load_state()
+
+
+def test_resume_refusals_are_their_reason_alone_without_the_usage_text(capsys, tmp_path):
+    """Before, `--resume` on a run that stopped before its workers were up printed its reason under the whole
+    usage text (argparse's error); now as the checks after parsing: `error: <reason>`, exit 2."""
+    _killed_run(tmp_path / "early")
+    (tmp_path / "early" / "driver.json").unlink()
+    for argv in (["--resume", "early"], ["--resume", "nope"], ["--resume", "early", "--workers", "3"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--run-dir", str(tmp_path)])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "usage:" not in err and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err

@@ -129,7 +129,8 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
 
             self._doing("starting the model gateway on each node")
             self.gateways = Gateways(self.cfg, self.run_dir, self.run_id, self.placement)
-        self.checkpoints = Checkpoints(self.task, self.run_dir, self.driver_trace, self.cfg.time_scale)
+        self.checkpoints = Checkpoints(self.task, self.run_dir, self.driver_trace, self.cfg.time_scale,
+                                       every_s=self.cfg.score_every_s)
         if self.prior is not None:
             self._resume_checkpoints()
         self.watch.add("board", lambda: self.board.actor.where.remote())
@@ -205,14 +206,25 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
     # -- running ---------------------------------------------------------------------
     def _score(self, checkpoint: str) -> None:
         """Score main by ProgramBench's rules (agensh_ray/task/checkpoint.py): periodic ones in the
-        background (skipped while one runs or when the deadline is nearer than one checkpoint), the final
+        background (on their grid, late while one runs, missed and recorded when the next one's time or the
+        deadline comes first), the final
         one here (after a running one on main's commit, which it cancels if main moved on); main unchanged
         since the last one repeats its result."""
-        url = call("forge", lambda: self.forge.clone_url.remote("admin"))
+        try:  # no checkpoint failure ends the run: it is recorded (checkpoints.failure) and the run goes on
+            url = self.forge_url()
+        except Exception as exc:
+            self.checkpoints.failure(checkpoint, exc)
+            if checkpoint == "final":
+                self._final_score = self.checkpoints.fallback()
+            return
         if checkpoint == "final":
             self._final_score = self.checkpoints.final(url)
         else:
             self.checkpoints.periodic(url, deadline_wall=self.start_wall + self.cfg.deadline_wall_s)
+
+    def forge_url(self) -> str:
+        """main's clone URL for the checkpoints (the admin's)."""
+        return call("forge", lambda: self.forge.clone_url.remote("admin"))
 
     @property
     def last_score(self) -> float | None:
@@ -228,7 +240,6 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
         deadline = t_start + cfg.deadline_wall_s
         next_launch = 0
         next_progress = 0.0
-        next_score = t_start + cfg.wall(cfg.score_every_s)
         done = DoneRule(len(self.workers), cfg.wall(cfg.routing.idle_nudge_s))
         while True:
             if self.interrupts.requested:
@@ -272,9 +283,8 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
                         self.say(f"{done.quiet_s:.0f} s passed with no new work after every worker finished a "
                                  "turn: the organization is done")
                         return "done"
-            if now >= next_score:
+            if self.checkpoints.due(now):  # on its grid; one due while another runs starts when that one ends
                 self._score("periodic")
-                next_score = now + cfg.wall(cfg.score_every_s)
             if now >= deadline:
                 self.say("deadline reached")
                 return "deadline"
@@ -354,6 +364,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
                 self.say(f"{len(self.hosts)} WorkerActors, {len(self.routers)} RouterActors up; launching workers")
                 self._doing("")  # the progress line comes every 5 s
                 ended = self._loop()
+                self.checkpoints.end_grid()  # periodic ones due and not started: recorded missed
             # Workers first (their agents stop, their last pushes land), then routers, then the services.
             interrupted = ended == "interrupted"
             self.say("stopping workers" + (f" (at most {STOP_WITHIN_S:.0f} s)" if interrupted else ""))

@@ -66,17 +66,30 @@ class Ending:
         score, or none, stands, and the run says so)."""
         if within is None:
             self._score("final")
+            self._catch_up()
             return
         self.say(f"final score (at most {within:.0f} s)")
         t = threading.Thread(target=self._score_quietly, daemon=True, name="final-score")
         t.start()
         t.join(within)
+        self._catch_up(interrupted=True)
         if getattr(self, "_final_score", None) is None:
             last = getattr(self, "checkpoints", None) and self.checkpoints.last
             self._final_score = last or ScoreSummary(score=0.0, passed=0, total=0, not_run=0,
                                                      error_code="not_scored_interrupted")
             self.say("final score skipped (interrupted): the summary has "
                      + ("the last checkpoint's" if last else "no score"))
+
+    def _catch_up(self, interrupted: bool = False) -> None:
+        """A periodic checkpoint the final one cancelled: scored now, on the main it had taken (task/checkpoint.py)."""
+        ckpt = getattr(self, "checkpoints", None)
+        if ckpt is not None and ckpt._cancelled_job is not None:
+            try:
+                url = "" if interrupted else self.forge_url()
+            except Exception as exc:
+                ckpt.failure("periodic", exc)
+                return
+            ckpt.catch_up(url, interrupted)
 
     def _score_quietly(self) -> None:
         """The final score in a thread of its own: a failure is a line, not a thread's traceback (teardown may

@@ -136,7 +136,8 @@ class Health:
         away = self.watch.away()
         actors = (f" | {self.watch.restarts} actors restarted" if self.watch.restarts else "") + (
             f" | away: {', '.join(away)}{self._queued(away)}" if away else "")
-        score = score_text(getattr(self, "checkpoints", None) and self.checkpoints.last)
+        score = score_text(getattr(self, "checkpoints", None) and self.checkpoints.last) + (
+            self.checkpoints.note() if getattr(self, "checkpoints", None) else "")
         self._open_prs = self._prs_open
         self._board_total = sum(self._types.values())
         self._forge_events = self._forge_cursor

@@ -70,6 +70,10 @@ class Summary:
             "strict_score": res.strict_score,
             "strict_tests_passed": res.strict_passed,
             "checkpoints": self.checkpoints.seq,
+            # periodic ones that could not start in time, checkpoints that failed (lifecycle rows say why)
+            "checkpoints_missed": self.checkpoints.missed,
+            "checkpoints_failed": self.checkpoints.failed,
+            "checkpoint_failure": self.checkpoints.last_failure,
             "run_dir": str(self.run_dir),
         }
 
@@ -95,6 +99,9 @@ class Summary:
             f"  score          {s['score']:.1%} of hidden tests ({s['tests_passed']}/{s['tests_total']}), ProgramBench's "
             f"score; {s.get('checkpoints', 0)} checkpoints in checkpoints/",
             *strict_lines(s),
+            *([f"  checkpoints    {s['checkpoints_missed']} missed, {s['checkpoints_failed']} failed (the lifecycle "
+               f"table says why){'; last failure: ' + s['checkpoint_failure'] if s['checkpoint_failure'] else ''}"]
+              if s.get("checkpoints_missed") or s.get("checkpoints_failed") else []),
             f"  run folder     {s['run_dir']}",
             *([f"  object store   {st['pending']} files not shipped ({st['error']}): they are in {s['staging_dir']}"
                if st["pending"] else f"  object store   everything shipped ({st['outages']} outages, {st['outage_s']} s "

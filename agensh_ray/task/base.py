@@ -96,13 +96,22 @@ class Task:
     def check_available(self) -> None:
         """Raise TaskUnavailable naming what this machine lacks to run and score the task."""
 
+    def check_for(self, harness: str) -> None:
+        """Raise TaskError, before a run starts anything, when this task cannot be run by `harness`: the sim
+        agent needs the task's oracle (the features it builds); a task folder, what the format asks for
+        (`LocalTask.missing`)."""
+        if harness == "sim":
+            self.features()
+
     def evaluate(self, submission: Path, scratch: Path | None = None,
-                 cancel: threading.Event | None = None, strict: bool = False) -> EvaluationResult:
+                 cancel: threading.Event | None = None, strict: bool = False,
+                 as_is: bool = False) -> EvaluationResult:
         """ProgramBench's evaluation of a submission (folder or archive with a compile.sh). `cancel` set while it
         runs: it stops as soon as it can, with a result nobody should use (where the backend supports it).
         Its log's `runner_files` step lists what the built tree holds that changes the test runner (where the
         backend looks: the bubblewrap one does); `strict`: the same evaluation with those removed after the
-        build (agensh_ray/task/evaluate.py)."""
+        build (agensh_ray/task/evaluate.py). `as_is`: a submission without compile.sh is evaluated (a run's
+        checkpoint: its build fails, ProgramBench's `compile_failed`), not refused with SubmissionError."""
         raise NotImplementedError
 
     def summarize(self, result: EvaluationResult) -> ScoreSummary:

@@ -145,7 +145,8 @@ class CatalogueTask(Task):
         return dest
 
     def evaluate(self, submission: Path, scratch: Path | None = None,
-                 cancel: threading.Event | None = None, strict: bool = False) -> EvaluationResult:
+                 cancel: threading.Event | None = None, strict: bool = False,
+                 as_is: bool = False) -> EvaluationResult:
         """The package's own Docker evaluation, called as `programbench eval` calls it (runs to its end even when
         cancelled: the containers are the package's). Its containers are not looked into for files that change
         the test runner (no `runner_files` step: the strict score is unknown, `strict` has no effect)."""
@@ -155,7 +156,7 @@ class CatalogueTask(Task):
         branches = get_active_branches(self.instance)
         data = self.instance.get("branches") or {}
         with tempfile.TemporaryDirectory(prefix="agensh-sub-", dir=scratch) as tmp:
-            archive = submission_archive(Path(submission), Path(tmp))
+            archive = submission_archive(Path(submission), Path(tmp), as_is)
             return Evaluator(
                 image_name=self.instance["image_name"],
                 solution_branch="submission",

@@ -121,14 +121,15 @@ class LocalEvaluator(Evaluator):
         return contents
 
 
-def submission_archive(submission: Path, dest_dir: Path) -> Path:
+def submission_archive(submission: Path, dest_dir: Path, as_is: bool = False) -> Path:
     """The submission as the `submission.tar.gz` the Evaluator unpacks, from a folder (its `.git`
     left out, as ProgramBench packs a repository) or a .tar.gz/.tgz/.tar/.zip archive. It must have
-    a compile.sh at its top."""
+    a compile.sh at its top, unless `as_is` (a run's checkpoint: main is scored whatever it holds, and a
+    main without compile.sh fails the Evaluator's compile step, ProgramBench's `compile_failed`)."""
     submission = Path(submission)
     dest = Path(dest_dir) / "submission.tar.gz"
     if submission.is_dir():
-        if not (submission / "compile.sh").is_file():
+        if not as_is and not (submission / "compile.sh").is_file():
             raise SubmissionError(f"{submission} has no compile.sh at its top: ProgramBench builds a submission "
                                   "with ./compile.sh, which must produce ./executable")
         with tarfile.open(dest, "w:gz") as tar:
@@ -140,14 +141,14 @@ def submission_archive(submission: Path, dest_dir: Path) -> Path:
         raise SubmissionError(f"{submission}: no such file or folder")
     name = submission.name.lower()
     if name.endswith(".zip"):
-        _zip_to_tar(submission, dest)
+        _zip_to_tar(submission, dest, as_is)
     elif name.endswith((".tar.gz", ".tgz", ".tar")):
         try:
             with tarfile.open(submission) as tar:
                 names = tar.getnames()
         except (tarfile.TarError, OSError) as e:
             raise SubmissionError(f"{submission} is not a readable tar archive: {e}") from e
-        if not any(n.lstrip("./") == "compile.sh" for n in names):
+        if not as_is and not any(n.lstrip("./") == "compile.sh" for n in names):
             raise SubmissionError(f"{submission} has no compile.sh at its top (members: {', '.join(names[:10])})")
         if name.endswith(".tar"):
             with tarfile.open(submission) as src, tarfile.open(dest, "w:gz") as out:
@@ -160,7 +161,7 @@ def submission_archive(submission: Path, dest_dir: Path) -> Path:
     return dest
 
 
-def _zip_to_tar(src: Path, dest: Path) -> None:
+def _zip_to_tar(src: Path, dest: Path, as_is: bool = False) -> None:
     """Repack a zip as tar.gz member by member (modes and symlinks kept), nothing unpacked on the host."""
     try:
         zf = zipfile.ZipFile(src)
@@ -168,7 +169,7 @@ def _zip_to_tar(src: Path, dest: Path) -> None:
         raise SubmissionError(f"{src} is not a readable zip archive: {e}") from e
     with zf, tarfile.open(dest, "w:gz") as tar:
         names = zf.namelist()
-        if not any(n.lstrip("./") == "compile.sh" for n in names):
+        if not as_is and not any(n.lstrip("./") == "compile.sh" for n in names):
             raise SubmissionError(f"{src} has no compile.sh at its top (members: {', '.join(names[:10])})")
         for info in zf.infolist():
             mode = (info.external_attr >> 16) & 0xFFFF
@@ -189,17 +190,18 @@ def _zip_to_tar(src: Path, dest: Path) -> None:
 def evaluate(instance: dict, submission: Path, blob_dir: Path, *, remove_hashes: list[str] | None = None,
              scratch: Path | None = None, branch_workers: int | None = None,
              hide: list[str] | None = None, cancel: threading.Event | None = None,
-             strict: bool = False) -> EvaluationResult:
+             strict: bool = False, as_is: bool = False) -> EvaluationResult:
     """Run ProgramBench's evaluation of `submission` for `instance` (a dict as
     `programbench.utils.load_data` loads it) in bubblewrap sandboxes. `blob_dir/tests/<branch>.tar.gz`
     holds each branch's tests, as in ProgramBench's blob store; `hide`: host paths the sandbox masks;
     `cancel` set: the sandboxes are killed and the result (then meaningless) comes back at once;
-    `strict`: the files that change the test runner are removed after the build (module doc)."""
+    `strict`: the files that change the test runner are removed after the build (module doc); `as_is`: a
+    submission without compile.sh at its top is evaluated (its build fails: `compile_failed`), not refused."""
     branches = get_active_branches(instance)
     data = instance.get("branches") or {}
     backend = BwrapBackend(scratch, hide=hide, cancel=cancel)
     try:
-        archive = submission_archive(submission, backend.base)
+        archive = submission_archive(submission, backend.base, as_is)
         evaluator = LocalEvaluator(
             backend=backend,
             strict=strict,

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 from programbench.eval.eval import EvaluationResult
-from programbench.utils.load_data import _load_single_instance
+from programbench.utils.load_data import _load_single_instance, get_active_branches
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from agensh_ray.errors import TaskError
@@ -119,6 +119,30 @@ class LocalTask(Task):
             raise TaskError(f"{root} is not a task folder in ProgramBench's format: it has no {TASK_YAML}")
         return cls(root)
 
+    def check_for(self, harness: str) -> None:
+        if missing := self.missing():
+            raise TaskError(f"{self.root} is not a task folder in ProgramBench's format a run can use: it has no "
+                            + "; no ".join(missing) + " (the format: docs/tasks.md)")
+        super().check_for(harness)
+
+    def missing(self) -> list[str]:
+        """What the folder lacks that a run needs (the run would fail after it started without it): the hidden
+        tests (tests.json naming an active branch, each active branch's tests/<branch>/eval/run.sh) and the
+        reference (`executable`, or build.sh with src/)."""
+        out = []
+        if not (self.root / "tests.json").is_file():
+            out.append("tests.json (the hidden tests' branches)")
+        else:
+            branches = get_active_branches(self.instance)
+            if not branches:
+                out.append("active branch in tests.json")
+            out += [f"tests/{b}/eval/run.sh" for b in branches
+                    if not (self.root / "tests" / b / "eval" / "run.sh").is_file()]
+        if not (self.root / "executable").is_file() and not ((self.root / "build.sh").is_file()
+                                                              and (self.root / "src").is_dir()):
+            out.append("reference: neither `executable` nor build.sh with src/")
+        return out
+
     # -- what the workers see ------------------------------------------------------------------
     def text(self) -> str:
         own = self.root / "task.md"
@@ -166,14 +190,15 @@ class LocalTask(Task):
 
     # -- scoring -------------------------------------------------------------------------------
     def evaluate(self, submission: Path, scratch: Path | None = None,
-                 cancel: threading.Event | None = None, strict: bool = False) -> EvaluationResult:
+                 cancel: threading.Event | None = None, strict: bool = False,
+                 as_is: bool = False) -> EvaluationResult:
         # A byte copy of the reference in a submission is removed before compiling, as ProgramBench
         # removes the gold executable by its hash (eval_clean_hashes).
         extra = [self._reference_hash] if self._reference_hash else []
         with tempfile.TemporaryDirectory(prefix="agensh-blobs-", dir=scratch) as blobs:
             self.pack_tests(Path(blobs))
             return evaluate(self.instance, Path(submission), Path(blobs), remove_hashes=extra, scratch=scratch,
-                            hide=self.spec.hide, cancel=cancel, strict=strict)
+                            hide=self.spec.hide, cancel=cancel, strict=strict, as_is=as_is)
 
     def pack_tests(self, blob_dir: Path) -> None:
         """Each branch's tests as ProgramBench's blob store has them: blob_dir/tests/<branch>.tar.gz."""
@@ -190,6 +215,9 @@ class LocalTask(Task):
     # -- what only the simulated agent sees ------------------------------------------------------
     def features(self) -> list[Feature]:
         if self._features is None:
+            if not (self.root / "oracle" / "features.json").is_file():
+                raise TaskError(f"task {self.name!r} has no oracle: the sim harness needs one (oracle/features.json "
+                                "in its folder; the bundled textkit has one); run it with a real agent's --harness")
             try:
                 self._features = TypeAdapter(list[Feature]).validate_json(self._read("oracle/features.json"))
             except ValidationError as e:

@@ -235,7 +235,11 @@ class LifecycleRow(TraceRow):
     `crashed` row starting "agent killed: memory limit ..."). Rows of the run's actors (worker_id null, written by the
     driver): actor_died | actor_restarted (back, in a new process) | actor_lost (dead for good) |
     actor_answering (away, then answering from the same process) | actor_resumed (a restarted host started
-    again and its workers launched) | actor_placed (where Ray first put it)."""
+    again and its workers launched) | actor_placed (where Ray first put it). Rows of the checkpoints (host
+    "checkpoints", written by the driver, agensh_ray/task/checkpoint.py): checkpoint_missed (a periodic checkpoint
+    that could not start before the next one's time or the final one; the detail says which and why) |
+    checkpoint_failed (a checkpoint that raised, e.g. the forge unreachable; the run went on; the detail has the
+    error)."""
     detail: str = ""
     """Why, or the harness used."""
     host: str = ""
