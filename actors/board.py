@@ -24,7 +24,8 @@ from ray.exceptions import RayActorError
 
 from agensh_ray import mirror
 from agensh_ray.actors.proxy import AsyncProxy
-from agensh_ray.actors.supervise import whereabouts
+from agensh_ray.actors.supervise import LIVENESS, heartbeat, whereabouts
+from agensh_ray.liveness import LoopProbe
 from agensh_ray.board import BoardClient, BoardLimits, BoardService
 from agensh_ray.board.client import as_entries, raise_if_error, wire_request
 from agensh_ray.board.view import cut
@@ -36,7 +37,7 @@ DEFAULT_MAX_CONCURRENCY = 4096
 """Concurrent calls the actor accepts (long polls from up to 1,024 workers plus their writes)."""
 
 
-@ray.remote
+@ray.remote(concurrency_groups=LIVENESS)
 class BoardActor(BoardService):
     """A `BoardService` in its own process. Create it with `get_or_create_board`."""
 
@@ -44,6 +45,7 @@ class BoardActor(BoardService):
         # A run on an object store: the log's folder fetched if this node lacks it, then shipped.
         mirror.attach(os.path.dirname(log_path), restore_missing=True)
         super().__init__(log_path, *args, **kwargs)
+        self._probe = LoopProbe()  # how long its event loop has not run, for the heartbeat
         # Everything alive now (Ray, pydantic, pyarrow, the reloaded board) lives as long as the
         # process: out of the collector's sight, a full collection walks only what came later
         # (measured: full-collection pauses of ~30 ms under write load without this).
@@ -60,6 +62,11 @@ class BoardActor(BoardService):
     def where(self) -> dict:
         """Its pid and Ray node (the driver's Watch)."""
         return whereabouts()
+
+    @ray.method(concurrency_group="liveness")
+    def heartbeat(self) -> dict:
+        """Its pid, Ray node and event-loop stall, from a concurrency group of its own (the driver's Watch)."""
+        return heartbeat(getattr(self, "_probe", None))
 
 
 SEARCH_LOST = ("the board restarted while it ran this search, and a search is not run again on its own: "

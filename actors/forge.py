@@ -23,13 +23,13 @@ from pathlib import Path
 import ray
 
 from agensh_ray import mirror
-from agensh_ray.actors.supervise import whereabouts
+from agensh_ray.actors.supervise import LIVENESS, heartbeat, whereabouts
 from agensh_ray.services.forge.traced import ForgeTracer
 from agensh_ray.services.registry import make_forge
 from agensh_ray.trace import TraceWriter
 
 
-@ray.remote(num_cpus=0, max_concurrency=16, max_restarts=-1, max_task_retries=0)
+@ray.remote(num_cpus=0, max_concurrency=16, max_restarts=-1, max_task_retries=0, concurrency_groups=LIVENESS)
 class ForgeActor(ForgeTracer):
     def __init__(self, root: str, run_dir: str, run_id: str, kind: str = "embedded", options: dict | None = None):
         options = dict(options or {})
@@ -44,3 +44,8 @@ class ForgeActor(ForgeTracer):
     def where(self) -> dict:
         """Its pid and Ray node (the driver's Watch)."""
         return whereabouts()
+
+    @ray.method(concurrency_group="liveness")
+    def heartbeat(self) -> dict:
+        """Its pid, Ray node (a threaded actor: no event loop to probe), from a concurrency group of its own (the driver's Watch)."""
+        return heartbeat(getattr(self, "_probe", None))

@@ -72,8 +72,8 @@ class GatewayActor:
     def endpoint(self, workers: list[str]) -> dict[str, GatewayEndpoint]:
         return self.gateway.endpoint(workers)
 
-    def turn_report(self, worker: str, since_us: int) -> TurnReport:
-        return self.gateway.turn_report(worker, since_us)
+    def turn_report(self, worker: str, since_us: int, final: bool = False) -> TurnReport:
+        return self.gateway.turn_report(worker, since_us, final)
 
     def status(self) -> dict:
         return self.gateway.status()

@@ -19,7 +19,8 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from agensh_ray.actors.board import BoardHandle
 from agensh_ray.actors.proxy import AsyncProxy
-from agensh_ray.actors.supervise import whereabouts
+from agensh_ray.actors.supervise import LIVENESS, heartbeat, whereabouts
+from agensh_ray.liveness import LoopProbe
 from agensh_ray.errors import HostAway, HostGone
 from agensh_ray.routing import RouterPump, ServiceSources
 
@@ -48,7 +49,7 @@ class _HostLink:
             raise HostGone(str(exc)) from exc
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups=LIVENESS)
 class RouterActor:
     def __init__(self, router_id: str, hosts: dict, board: str, chat: str, forge: str, policy: str,
                  poll_timeout_s: float, max_backlog: int = 20_000, linger_s: float = 0.15,
@@ -61,6 +62,7 @@ class RouterActor:
         self.pump = RouterPump(router_id, sources, links, policy, max_backlog=max_backlog, linger_s=linger_s,
                                ship_interval_s=ship_interval_s, cursor_sync_s=cursor_sync_s)
         self.pump.start()
+        self._probe = LoopProbe()  # how long its event loop has not run, for the heartbeat
         gc.freeze()  # what is alive now lives as long as the actor: full collections skip it (see actors/board.py)
 
     async def ensure_started(self) -> int:
@@ -72,6 +74,11 @@ class RouterActor:
         """Its pid and Ray node (the driver's Watch); starts the loops if they are not running."""
         await self.pump.ensure_started()
         return whereabouts()
+
+    @ray.method(concurrency_group="liveness")
+    def heartbeat(self) -> dict:
+        """Its pid, Ray node and event-loop stall, from a concurrency group of its own (the driver's Watch)."""
+        return heartbeat(getattr(self, "_probe", None))
 
     def status(self) -> dict:
         return {**self.pump.status(), "pid": os.getpid()}

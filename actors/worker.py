@@ -22,7 +22,8 @@ from agensh_ray import mirror
 from agensh_ray.actors.board import BoardHandle
 from agensh_ray.actors.gateway import node_gateway
 from agensh_ray.actors.proxy import AsyncProxy
-from agensh_ray.actors.supervise import whereabouts
+from agensh_ray.actors.supervise import LIVENESS, heartbeat, whereabouts
+from agensh_ray.liveness import LoopProbe
 from agensh_ray.config import RunConfig
 from agensh_ray.models import Delivery
 from agensh_ray.worker import WorkerHost
@@ -41,7 +42,7 @@ MAX_RESTARTS = 10
 """Restarts of one WorkerActor before Ray gives up on it (a host that keeps dying is lost)."""
 
 
-@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0)
+@ray.remote(num_cpus=0, max_restarts=MAX_RESTARTS, max_task_retries=0, concurrency_groups=LIVENESS)
 class WorkerActor:
     def __init__(self, host_id, worker_ids, cfg_json, run_dir, run_id, board: str, chat: str, forge: str, clone_urls,
                  start_wall, task_root):
@@ -55,6 +56,7 @@ class WorkerActor:
             start_wall, Path(task_root),
         )
         self.host.node = ray.get_runtime_context().get_node_id()
+        self._probe = LoopProbe()  # how long its event loop has not run, for the heartbeat
         gc.freeze()  # what is alive now lives as long as the actor: full collections skip it (see actors/board.py)
 
     async def start(self) -> int:
@@ -89,6 +91,11 @@ class WorkerActor:
     def where(self) -> dict:
         """Its pid and Ray node (the driver's Watch)."""
         return whereabouts()
+
+    @ray.method(concurrency_group="liveness")
+    def heartbeat(self) -> dict:
+        """Its pid, Ray node and event-loop stall, from a concurrency group of its own (the driver's Watch)."""
+        return heartbeat(getattr(self, "_probe", None))
 
     def agent_pids(self) -> dict:
         return self.host.agent_pids()

@@ -16,10 +16,19 @@ An append is one `os.write` of whole lines on an O_APPEND descriptor, then an
 fsync (unless the log was opened with ``sync=False``). If the write or the
 fsync fails, the file is truncated back to its size before the append and the
 error is raised: a record is either all there and durable, or absent.
+
+Fencing: one writer at a time. Each open takes the next *incarnation* of the log, a number kept in a sidecar
+file (`<log>.owner`), under an exclusive `flock` of that file; each append takes the same lock and checks the
+number is still its own before it writes. An older incarnation that comes back to life (a process stopped with
+SIGSTOP, replaced, then continued; a process Ray wrongly believed dead) fails its next append with `Fenced` and
+writes nothing: there is never a double writer. An open waits for an append in progress to end; a writer stopped
+mid-append holds the lock until it is killed (the driver kills a hung actor: actors/supervise.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -32,6 +41,10 @@ log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20
 """Bytes of complete lines handed out per chunk when reloading (see `chunks`)."""
+
+
+class Fenced(OSError):
+    """An append by an incarnation of a log that a newer one has replaced: refused, nothing written."""
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -77,10 +90,41 @@ class AppendLog:
         self.sync = sync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
+        self._owner = os.open(self.path.with_name(self.path.name + ".owner"), os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+        with self._owned(check=False):
+            self.incarnation = self._read_incarnation() + 1
+            """This writer's number: appends fail (`Fenced`) once a newer open has taken the next one."""
+            data = f"{self.incarnation}\n".encode()
+            os.pwrite(self._owner, data, 0)
+            os.ftruncate(self._owner, len(data))
+            os.fsync(self._owner)
+            self._open_log(created)
+
+    def _read_incarnation(self) -> int:
+        raw = os.pread(self._owner, 64, 0).strip()
+        try:
+            return int(raw or 0)
+        except ValueError:  # a damaged sidecar: any number is newer than every writer that could hold it
+            log.error("%s.owner: unreadable incarnation %r; counting from it as 0", self.path, raw[:20])
+            return 0
+
+    @contextlib.contextmanager
+    def _owned(self, check: bool = True):
+        """The log's sidecar lock held; with `check`, `Fenced` unless this writer is still the newest."""
+        fcntl.flock(self._owner, fcntl.LOCK_EX)
+        try:
+            if check and (now := self._read_incarnation()) != self.incarnation:
+                raise Fenced(f"{self.path}: this writer (incarnation {self.incarnation}) was replaced by incarnation "
+                             f"{now}; nothing written")
+            yield
+        finally:
+            fcntl.flock(self._owner, fcntl.LOCK_UN)
+
+    def _open_log(self, created: bool) -> None:
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         if created:
             _fsync_dir(self.path.parent)  # the new name survives a crash too
-        self._lock = threading.Lock()
         size = os.fstat(self._fd).st_size
         with open(self.path, "rb") as f:
             end = complete_end(f, size)
@@ -159,20 +203,24 @@ class AppendLog:
         with self._lock:
             if self._fd < 0:
                 raise ValueError(f"{self.path} is closed")
+            with self._owned():
+                self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            if self.sync:
+                os.fsync(self._fd)
+        except BaseException:
             try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(self._fd, view)
-                    view = view[n:]
-                if self.sync:
-                    os.fsync(self._fd)
-            except BaseException:
-                try:
-                    os.ftruncate(self._fd, self._size)
-                except OSError:  # pragma: no cover - the disk is gone too
-                    log.exception("%s: could not roll back a failed append", self.path)
-                raise
-            self._size += len(data)
+                os.ftruncate(self._fd, self._size)
+            except OSError:  # pragma: no cover - the disk is gone too
+                log.exception("%s: could not roll back a failed append", self.path)
+            raise
+        self._size += len(data)
 
     @property
     def size(self) -> int:
@@ -184,6 +232,9 @@ class AppendLog:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+            if self._owner >= 0:
+                os.close(self._owner)
+                self._owner = -1
 
     def __enter__(self) -> AppendLog:
         return self

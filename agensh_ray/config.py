@@ -178,6 +178,10 @@ class GatewayConfig(BaseModel):
     turn in a row (schedule seconds)."""
     failure_backoff_max_s: float = 1800.0
     """The longest such wait (schedule seconds)."""
+    give_up_grace_s: float = Field(10.0, gt=0)
+    """After the gateway gave up on a turn's model call (its further calls refused at once), the agent has this
+    long to end the turn itself, then it is cancelled, and as long again before the agent is stopped (wall
+    seconds; agensh_ray/worker/give_up.py)."""
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
     """Longest silence of a provider's answer before the call counts as failed."""
@@ -259,6 +263,38 @@ class WriteRatesConfig(BaseModel):
     max_wait_s: float = Field(2.0, gt=0)
     """Longest a write waits for its turn (wall seconds); one that would wait longer is refused, after
     waiting this long (an immediate refusal would let a flooding agent call again at once)."""
+
+
+class LivenessConfig(BaseModel):
+    """Gray failures: actors that are alive but stuck, and agents whose turn never ends (docs/operations.md,
+    "Liveness"). The actors' bounds are wall seconds (a hung process is a wall-time fact); the turn deadline is
+    in schedule minutes, with a wall floor (as the claim's life has) so a slow machine does not cut normal
+    turns."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    heartbeat_s: float = Field(10.0, gt=0)
+    """An actor whose heartbeat has gone unanswered this long (wall seconds), or whose event loop has not run for
+    this long, is reported hung (`actor_hung` row, "away" on the progress line)."""
+    hung_kill_s: float = Field(60.0, gt=0)
+    """An actor hung this long (wall seconds) is killed and Ray restarts it, as after a death (`actor_killed`
+    row); also the longest the driver's loop waits on one call to an actor."""
+    turn_deadline_min: float = Field(30.0, gt=0)
+    """A turn's deadline in schedule minutes: an agent still in its turn then (or stopped: SIGSTOP) is killed
+    with its process group, and the worker goes on with a hand-off (`turn_deadline` row)."""
+    agent_stopped_s: float = Field(60.0, gt=0)
+    """An agent process stopped (SIGSTOP, a debugger) this long mid-turn (wall seconds) answers nothing: it is
+    killed as at its turn's deadline, without waiting for it."""
+    turn_floor_wall_s: float = Field(600.0, ge=0)
+    """The turn deadline is never shorter than this many wall seconds, whatever the time scale (a sim turn's
+    builds and tests take wall time that the time scale does not compress)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> LivenessConfig:
+        if self.hung_kill_s < self.heartbeat_s:
+            raise ValueError(f"liveness.hung_kill_s ({self.hung_kill_s:g}) must be at least liveness.heartbeat_s "
+                             f"({self.heartbeat_s:g}): an actor is reported hung before it is killed")
+        return self
 
 
 class RunConfig(BaseModel):
@@ -359,6 +395,7 @@ class RunConfig(BaseModel):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     write_rates: WriteRatesConfig = Field(default_factory=WriteRatesConfig)
+    liveness: LivenessConfig = Field(default_factory=LivenessConfig)
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
@@ -395,6 +432,11 @@ class RunConfig(BaseModel):
     def wall(self, schedule_s: float) -> float:
         """Wall seconds for a span of schedule seconds."""
         return schedule_s / self.time_scale
+
+    @property
+    def turn_deadline_wall_s(self) -> float:
+        """A turn's deadline in wall seconds: `liveness.turn_deadline_min` at this time scale, at least its floor."""
+        return max(self.wall(self.liveness.turn_deadline_min * 60.0), self.liveness.turn_floor_wall_s)
 
     @property
     def deadline_wall_s(self) -> float:

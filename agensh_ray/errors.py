@@ -79,6 +79,11 @@ class AgentDied(Exception):
     """The agent process exited or its connection broke; the worker restarts it."""
 
 
+class TurnDeadline(AgentDied):
+    """The turn passed its deadline (the agent hung: a stuck call, a SIGSTOP): its process group was killed; the
+    worker restarts it with a hand-off like after a crash."""
+
+
 class AgentNeedsCredentials(AgentDied):
     """The agent refused to start a session for lack of credentials (a restart will not help)."""
 

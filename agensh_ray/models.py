@@ -184,3 +184,8 @@ class TurnReport(BaseModel):
     """The last failure: provider, model, the provider's status and message, attempts."""
     budget: str | None = None
     """Set when the worker (or the run) is at its budget cap: the refusal text."""
+    gave_up: str | None = None
+    """Set when the gateway gave up on a model call of this worker since its turn began (the provider's last
+    error): its further calls are refused at once until the turn ends, and the worker ends the turn."""
+    refused_after_give_up: int = 0
+    """Calls refused at once since that give-up (a CLI that retries on its own)."""

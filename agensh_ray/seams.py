@@ -153,8 +153,9 @@ class GatewayAccess(Protocol):
     async def endpoint(self, workers: list[str]) -> dict[str, GatewayEndpoint]:
         """Each worker's gateway URL and virtual key, for its agent's environment."""
 
-    async def turn_report(self, worker: str, since_us: int) -> TurnReport:
-        """What the worker's model calls met since `since_us` (failures, a budget cap)."""
+    async def turn_report(self, worker: str, since_us: int, final: bool = False) -> TurnReport:
+        """What the worker's model calls met since `since_us` (failures, a budget cap, a give-up); `final`: the
+        turn has ended (the gateway stops refusing the worker's calls after a give-up)."""
 
 
 class Services(Protocol):
@@ -188,8 +189,11 @@ class AgentSession(Protocol):
     async def start(self) -> str:
         """Start (or join) the agent process and open the session; returns the session id."""
 
-    async def prompt(self, text: str) -> tuple[str, str]:
-        """One turn: (ACP stop reason, the agent's text)."""
+    async def prompt(self, text: str, deadline_s: float | None = None,
+                     stopped_s: float | None = None) -> tuple[str, str]:
+        """One turn: (ACP stop reason, the agent's text). Past `deadline_s` wall seconds, or with its process
+        stopped (SIGSTOP) for `stopped_s`, the agent's process group is killed and TurnDeadline (an AgentDied)
+        raised."""
 
     async def cancel(self) -> None: ...
 

@@ -12,6 +12,8 @@ LABELS: dict[str, str] = {
     # the run
     "run_id": "run", "harness": "harness", "workers": "workers", "time_scale": "time scale",
     "started": "started (UTC)", "ended": "ended (UTC)", "wall_s": "wall time", "duration_s": "schedule time",
+    "configured_s": "configured schedule", "ended_early": "ended early", "ended_how": "how it ended",
+    "setup_wall_s": "set-up (wall)", "schedule_wall_s": "schedule (wall)", "after_wall_s": "after the schedule (wall)",
     # roles
     "worker_id": "worker", "role": "role", "labels": "labels", "prs_authored": "PRs authored",
     "prs_merged": "of them merged", "merged_own": "own PRs merged", "merged_for_others": "peers' PRs merged",
@@ -47,7 +49,9 @@ LABELS: dict[str, str] = {
     # cost
     "level": "level", "input_tokens": "input tokens", "output_tokens": "output tokens",
     "reported_cost_usd": "agent-reported cost", "cost_usd": "cost", "cost_basis": "cost from",
-    "merged_prs": "merged PRs", "cost_per_merged_pr": "cost per merged PR",
+    "merged_prs": "merged PRs", "cost_per_merged_pr": "cost per merged PR", "known_cost_usd": "known cost",
+    "calls": "model calls", "unpriced_calls": "calls with no price", "model": "model",
+    "cached_tokens": "cached input tokens", "share_of_known_cost": "share of the known cost",
     # scores
     "t_s": "time", "checkpoint": "checkpoint", "passed": "tests passed", "total": "tests", "pass_rate": "score",
     "commit": "commit", "milestone": "milestone", "time_to_s": "reached after", "checkpoints": "scorings",
@@ -57,15 +61,30 @@ LABELS: dict[str, str] = {
     # idle
     "up_s": "up", "busy_s": "in turns", "idle_s": "idle", "idle_share": "idle share", "longest_idle_s": "longest idle",
     "nudges": "nudges", "share_findings_prompts": "share-findings prompts", "nudged_turns": "turns after a nudge",
+    # clock (clock.sql)
+    "scope": "over", "agent_tool_median_ms": "tool call at the agent (median ms)",
+    "server_tool_median_ms": "tool call at the server (median ms)", "tool_latency_ratio": "tool latency, agent / server",
+    "cpu_wait_share": "CPU wait share", "machine_bound": "machine-bound", "why": "why",
+    "ticks": "progress ticks", "ticks_machine_bound": "machine-bound ticks",
+    # organizational efficiency (efficiency.sql, pr_work.sql)
+    "features_merged": "features merged", "last_merge_s": "last merge at", "worker_hours": "worker-hours until then",
+    "features_per_worker_hour": "features per worker-hour", "time_to_50_s": "time to 50%",
+    "time_to_90_s": "time to 90%", "time_to_100_s": "time to 100%", "pr_work_hours": "worker-hours on PRs",
+    "duplicate_work_hours": "of them on features a peer merged", "duplicate_work_share": "duplicate-work share",
+    "conflicts_per_merged_pr": "conflicts per merged PR", "messages": "messages (DMs and channel)",
+    "messages_per_feature": "messages per feature", "board_entries_per_feature": "board entries per feature",
+    "work_start_s": "work started", "work_end_s": "work ended", "work_s": "work", "duplicate_of": "duplicates PR",
+    "pr": "PR", "author": "author", "state": "state",
 }
 
 TEXT = {"run_id", "harness", "worker_id", "role", "labels", "earlier_worker", "author_a", "author_b", "reason",
-        "sender", "recipient", "level", "cost_basis", "checkpoint", "commit"}
+        "sender", "recipient", "level", "cost_basis", "checkpoint", "commit", "scope", "author", "state", "model",
+        "ended_how"}
 """Short text: left-aligned, kept on one line."""
-PROSE = {"text", "shared", "path", "functions", "runner_files", "final_runner_files"}
+PROSE = {"text", "shared", "path", "functions", "runner_files", "final_runner_files", "why"}
 """Free text: left-aligned, wrapped."""
-PERCENT = {"pass_rate", "final_pass_rate", "best_pass_rate", "milestone", "idle_share", "strict_pass_rate",
-           "final_strict_pass_rate"}
+PERCENT = {"share_of_known_cost", "pass_rate", "final_pass_rate", "best_pass_rate", "milestone", "idle_share",
+           "strict_pass_rate", "final_strict_pass_rate", "cpu_wait_share", "duplicate_work_share"}
 
 
 def label(col: str) -> str:
@@ -134,7 +153,7 @@ def money(x) -> str:
 def cell(col: str, v) -> str:
     k = kind(col)
     if v is None:
-        return "–"
+        return "unknown" if col == "cost_usd" else "–"  # a cost is null only when some call has no price
     if k == "duration":
         return duration(v)
     if k == "money":

@@ -157,20 +157,25 @@ def plot_dm_graph(r: RunAnswers) -> bytes:
 def plot_cost(r: RunAnswers) -> bytes:
     plt = _plt()
     ws = [c for c in r.answers["cost"].dicts() if c["level"] == "worker"]
-    ws.sort(key=lambda c: -(c["cost_usd"] or 0))
+    known = lambda c: c["cost_usd"] if c["cost_usd"] is not None else (c.get("known_cost_usd") or 0)
+    ws.sort(key=lambda c: -known(c))
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    if not any((c["cost_usd"] or 0) > 0 or (c["input_tokens"] or 0) > 0 for c in ws):
+    if not any(known(c) > 0 or (c["input_tokens"] or 0) > 0 for c in ws):
         _empty(ax, "no token usage reported (the sim agent reports none)")
     else:
         x = range(len(ws))
-        ax.bar(x, [c["cost_usd"] for c in ws], color=[ROLE_COLORS.get(c["role"], "#888") for c in ws], width=0.9)
+        bars = ax.bar(x, [known(c) for c in ws], color=[ROLE_COLORS.get(c["role"], "#888") for c in ws], width=0.9)
+        for b, c in zip(bars, ws):
+            if c["cost_usd"] is None:  # some calls have no price: the bar is the known part only
+                b.set_hatch("//")
         if len(ws) <= 40:
             ax.set_xticks(list(x), [c["worker_id"] or "(no worker)" for c in ws], rotation=90, fontsize=6)
             ax.set_xlabel("worker, most expensive first")
         else:
             ax.set_xticks([])
             ax.set_xlabel(f"{len(ws):,} workers, most expensive first")
-        ax.set_ylabel("cost (USD)")
+        ax.set_ylabel("cost (USD)" if all(c["cost_usd"] is not None for c in ws)
+                      else "cost (USD; hatched: known part,\nsome calls have no price)", fontsize=8)
         ax.yaxis.set_major_formatter(lambda v, _: f"${v:,.2f}")
         present = [k for k in [*ROLE_ORDER, "unattributed"] if any(c["role"] == k for c in ws)]
         handles = [plt.Rectangle((0, 0), 1, 1, color=ROLE_COLORS.get(k, "#888")) for k in present]

@@ -17,6 +17,7 @@ from pathlib import Path
 from agensh_ray.analysis.answers import Answer, RunAnswers, analyse
 from agensh_ray.analysis.columns import duration, fmt, money, pct
 from agensh_ray.analysis.doc import Doc
+from agensh_ray.analysis.scaling import org_section, scaling_section
 from agensh_ray.analysis.plots import (
     ROLE_ORDER,
     plot_cost,
@@ -52,7 +53,15 @@ def cost_text(c: dict, harness: str | None = "sim") -> str:
     with no usage recorded (Claude Code and Codex report none) cost something: "unknown", never $0."""
     if c.get("cost_basis") in (None, "none"):
         return "none recorded" if harness == "sim" else "unknown"
+    if c.get("cost_usd") is None:  # some calls have no price (cost_basis partial): the known part, never as the cost
+        return partial_text(c)
     return money(c.get("cost_usd")) + BASIS_MARK.get(c["cost_basis"], "")
+
+
+def partial_text(c: dict) -> str:
+    n, calls = c.get("unpriced_calls") or 0, c.get("calls") or 0
+    return (f"unknown ({money(c.get('known_cost_usd'))} known; {n:,} of {calls:,} "
+            f"{'call has' if n == 1 else 'calls have'} no price)")
 
 
 def cost_notes(doc: Doc, runs: list[RunAnswers]) -> None:
@@ -68,6 +77,10 @@ def cost_notes(doc: Doc, runs: list[RunAnswers]) -> None:
     if "mixed" in by_basis:
         doc.p(f"‡ Partly agent-reported: some of the calls of {', '.join(by_basis['mixed'])} have no price row.",
               note=True)
+    if "partial" in by_basis:
+        doc.p(f"Cost unknown for {', '.join(by_basis['partial'])}: some model calls have no price (a model no price "
+              "table knows, or an answer without usage), so the run's cost is at least the known part shown; "
+              "`cost_per_model` says which models.", note=True)
     if "none" in by_basis:
         doc.p(f"No token usage was recorded for {', '.join(by_basis['none'])} (the sim agent reports none; Claude "
               "Code and Codex report none either: their cost is unknown unless they ran through the model gateway).",
@@ -102,7 +115,8 @@ def summary(doc: Doc, runs: list[RunAnswers]) -> None:
         rows.append([r.label, fmt(r.run["harness"]), fmt(r.run["workers"]), duration(r.run["duration_s"]),
                      pct(final["final_pass_rate"]), *[duration(reached.get(x)) for x in ms], fmt(m["opened"]),
                      fmt(m["merged"]), fmt(m["merge_conflicts"]), cost_text(c, r.run.get("harness")),
-                     "–" if per_pr is None or c.get("cost_basis") == "none"
+                     "–" if c.get("cost_basis") == "none" else "unknown" if per_pr is None and c.get("cost_usd") is None
+                     and c.get("merged_prs") else "–" if per_pr is None
                      else money(per_pr) + BASIS_MARK.get(c["cost_basis"], "")])
     doc.table(cols, rows, kinds)
     gamed = [(r.label, f) for r in runs if strict_differs(f := r.answers["final_score"].one())]
@@ -116,18 +130,58 @@ def summary(doc: Doc, runs: list[RunAnswers]) -> None:
 def build(runs: list[RunAnswers], data_dirs: dict[str, str]) -> Doc:
     doc = Doc()
     doc.h(1, "Run report" if len(runs) == 1 else f"Report on {len(runs)} runs", anchor="top")
-    doc.p("Times are schedule time (wall time x the run's time scale). Every table answers one question file of "
+    doc.p("Times are schedule time (wall time x the run's time scale) since the schedule started (the first worker's "
+          "launch), within the run's schedule: the set-up before it and the final scoring after it are shown apart, "
+          "in wall time. Every table answers one question file of "
           "`analysis/` over the run's trace, counting each event once; the full answers are CSV files under `data/`.")
     doc.toc()
     doc.h(2, "Summary", anchor="summary")
     summary(doc, runs)
-    doc.img("scores.png", plot_scores(runs), "score over time")
-    doc.img("time_to_score.png", plot_time_to_score(runs), "time to reach each tenth of the hidden tests")
+    score_plots(doc, runs)
     if len(runs) > 1:
         side_by_side(doc, runs)
     for i, r in enumerate(runs):
         run_section(doc, r, i, len(runs), data_dirs[r.label])
     return doc
+
+
+def clock_text(run: dict) -> str:
+    """The run's one clock: its schedule (from the first worker's launch; the configured length unless it ended
+    early), then wall time apart, with the set-up before the schedule and what came after it."""
+    sched = f"{duration(run.get('duration_s'))} of schedule"
+    if run.get("configured_s") is not None:
+        if run.get("ended_early"):
+            how = run.get("ended_how")
+            sched += (f" (ended early, {how}, of {duration(run['configured_s'])} configured)" if how else
+                      f" so far (of {duration(run['configured_s'])} configured; still running, or it stopped "
+                      "without a summary)")
+        else:
+            sched += f" (as configured{', ' + run['ended_how'] if run.get('ended_how') else ''})"
+    return (f"{sched}; {duration(run.get('wall_s'))} wall: {duration(run.get('setup_wall_s'))} of set-up before the "
+            f"schedule (Ray, the actors, the clones), {duration(run.get('schedule_wall_s'))} of schedule, "
+            f"{duration(run.get('after_wall_s'))} after it (stopping the workers, the final checkpoint)")
+
+
+MIN_CHECKPOINTS = 3
+"""Fewer scorings than this draw no score-over-time or time-to-score curve: a final checkpoint alone is a flat
+line, two a step; the report says so instead."""
+
+
+def score_plots(doc: Doc, runs: list[RunAnswers]) -> None:
+    """The score-over-time and time-to-score plots of the runs with enough checkpoints; the others named, with
+    how many they have."""
+    enough = [r for r in runs if len(r.answers["scores"].rows) >= MIN_CHECKPOINTS]
+    few = [r for r in runs if r not in enough]
+    if few:
+        doc.p("Too few checkpoints to plot the score over time for "
+              + ", ".join(f"{r.label} ({len(r.answers['scores'].rows)} "
+                          f"{'checkpoint' if len(r.answers['scores'].rows) == 1 else 'checkpoints'})" for r in few)
+              + f": a curve needs at least {MIN_CHECKPOINTS} (a final checkpoint alone would draw a flat line); "
+              "periodic checkpoints (`--checkpoint-every`) give one. Their scores are in the tables below.",
+              note=True)
+    if enough:
+        doc.img("scores.png", plot_scores(enough), "score over time")
+        doc.img("time_to_score.png", plot_time_to_score(enough), "time to reach each tenth of the hidden tests")
 
 
 def side_by_side(doc: Doc, runs: list[RunAnswers]) -> None:
@@ -136,6 +190,7 @@ def side_by_side(doc: Doc, runs: list[RunAnswers]) -> None:
     doc.p("Final score and time to reach each milestone of the hidden tests, one bar per run, runs ordered by "
           "worker count.")
     doc.img("side_by_side.png", plot_side_by_side(runs), "final score and time to each milestone, per run")
+    scaling_section(doc, runs)
 
 
 def run_section(doc: Doc, r: RunAnswers, i: int, n: int, d: str) -> None:
@@ -144,8 +199,8 @@ def run_section(doc: Doc, r: RunAnswers, i: int, n: int, d: str) -> None:
     key = f"run-{i + 1}"
     doc.h(2, f"Run {r.label}", anchor=key)
     doc.p(f"`{str(r.run_dir).replace('`', '')}`: {fmt(r.run['workers'])} workers, harness {fmt(r.run['harness'])}, "
-          f"time scale {fmt(r.run['time_scale'])}, {duration(r.run['duration_s'])} of schedule "
-          f"({duration(r.run['wall_s'])} wall).")
+          f"time scale {fmt(r.run['time_scale'])}, {clock_text(r.run)}.")
+    clock_warning(doc, r)
     doc.h(3, "Score", anchor=f"{key}-score")
     final = a["final_score"]
     doc.facts(final, cols=[c for c in final.cols if c in SCORE_FACTS or strict_differs(final.one())])
@@ -171,7 +226,21 @@ def run_section(doc: Doc, r: RunAnswers, i: int, n: int, d: str) -> None:
     doc.img(f"{tag}cost.png", plot_cost(r), "cost per worker")
     doc.answer(a["cost"], f"{d}/cost.csv", top=None, rows=[c for c in a["cost"].rows if c[0] != "worker"],
                cols=[c for c in a["cost"].cols if c != "worker_id"])
+    doc.p("Per model (`analysis/cost_per_model.sql`; a model with calls that have no price has an unknown cost and "
+          "its known part):")
+    doc.answer(a["cost_per_model"], f"{d}/cost_per_model.csv", top=None, empty="no model calls recorded")
     idle(doc, r, key, d)
+    org_section(doc, r, key, d)
+
+
+def clock_warning(doc: Doc, r: RunAnswers) -> None:
+    """A machine-bound run says so at the top of its section (analysis/clock.sql; agensh_ray/lag.py)."""
+    c = r.answers["clock"].one() if "clock" in r.answers and r.answers["clock"].rows else {}
+    if c.get("machine_bound"):
+        doc.p(f"**Machine-bound run**: {c['why'].removeprefix('machine-bound: ')} "
+              f"({fmt(c['ticks_machine_bound'])} of {fmt(c['ticks'])} progress ticks machine-bound). Its schedule "
+              "times measure this machine as much as the organization (docs/operations.md, Machine-bound runs).",
+              note=True)
 
 
 def roles(doc: Doc, r: RunAnswers, tag: str, key: str, d: str) -> None:

@@ -34,7 +34,10 @@ one row per event. A row can be written twice (by two writers, or by an actor an
 its durable log); rows equal in the table's *identity* columns (below; `event_id` unless said
 otherwise) are copies of one event, and the `<table>` view keeps one of them. A row whose
 `event_id` is empty has no identity and is always kept. `analysis/*.sql` answer questions
-over the `<table>` views.
+over the `<table>` views. Two different events never share an identity: each table's *Ids* (below)
+say how its ids are made and why they cannot repeat within a run, across gateways, nodes, actor
+restarts and resumed drivers (a counter that starts again in a new process carries a random id of
+that process's life).
 
 **When a process dies.** Three tables mirror a durable log: `board` (the board's `board.jsonl`),
 `messages` (the chat's log) and `forge` (the forge's event log). Their owner writes the rows of
@@ -85,7 +88,8 @@ def render() -> str:
     for table, model in TABLES.items():
         own = [n for n in model.model_fields if n not in common]
         ident = ", ".join(f"`{c}`" for c in model.identity)
-        out.append(f"## `{table}`\n\n{_doc(model)}\n\nIdentity: {ident}.\n\n{_rows(table, own)}\n")
+        ids = f" Ids: {model.ids}" if model.ids else ""
+        out.append(f"## `{table}`\n\n{_doc(model)}\n\nIdentity: {ident}.{ids}\n\n{_rows(table, own)}\n")
     return "\n".join(out)
 
 

@@ -120,15 +120,44 @@ def settings(run_dir: str | Path, prices: str | Path | None = None,
                  run has no such setting: the views then take every worker seen in the trace)
     milestones   score milestones as fractions of the hidden tests (absent: score_milestones.sql's default,
                  25%, 50%, 75% and 90%)
+    schedule_start_us  when the schedule started (the first worker's launch), UTC microseconds: driver.json's
+                 start_wall (absent without one: the views take the first worker's lifecycle row)
+    run_ended    how the run ended, summary.json's "ended" (absent while it runs)
     """
     run_dir = Path(run_dir)
     out: dict[str, object] = {"run_dir": str(run_dir), "prices": str(prices or PRICES_CSV)}
+    start = schedule_start_us(run_dir)
+    if start is not None:
+        out["schedule_start_us"] = start
+    ended = run_ended(run_dir)
+    if ended is not None:
+        out["run_ended"] = ended
     n = read_config(run_dir).get("workers")
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
         out["worker_ids"] = worker_ids(n)
     if milestones is not None:
         out["milestones"] = check_milestones(milestones)
     return out
+
+
+def schedule_start_us(run_dir: Path) -> int | None:
+    """driver.json's start_wall (when the schedule started; a resumed driver keeps it) in UTC microseconds, or
+    None (no driver.json, or one without it)."""
+    path = Path(run_dir) / "driver.json"
+    try:
+        v = json.loads(path.read_text()).get("start_wall")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(v * 1e6) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def run_ended(run_dir: Path) -> str | None:
+    """summary.json's "ended" (deadline | done | budget | interrupted), or None (a run still going)."""
+    try:
+        v = json.loads((Path(run_dir) / "summary.json").read_text()).get("ended")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return v if isinstance(v, str) else None
 
 
 def check_milestones(milestones: list[float]) -> list[float]:

@@ -20,7 +20,8 @@
 --
 -- Times: `ts` columns are UTC timestamps. Durations in the question files are *schedule
 -- seconds*: wall seconds x the run's time_scale (so a sim run compressed 120x reads like the
--- run it simulates; for a real run time_scale is 1). sched_s(ts) is seconds since the run started.
+-- run it simulates; for a real run time_scale is 1). sched_s(ts) is seconds since the schedule started
+-- (the first worker's launch: run_info.schedule_started), one clock for every question.
 
 -- BEGIN GENERATED TABLE VIEWS
 CREATE OR REPLACE VIEW board_rows AS
@@ -142,7 +143,7 @@ SELECT run_id, ts, worker_id, event_id, schema_version, gateway, provider, api, 
 CREATE OR REPLACE VIEW llm_calls AS
 SELECT * FROM llm_calls_rows WHERE coalesce(event_id, '') = ''
 UNION ALL
-(SELECT DISTINCT ON (event_id) * FROM llm_calls_rows WHERE event_id <> '' ORDER BY event_id, ts);
+(SELECT DISTINCT ON (event_id, ts) * FROM llm_calls_rows WHERE event_id <> '' ORDER BY event_id, ts, ts);
 
 CREATE OR REPLACE VIEW pr_changes_rows AS
 SELECT run_id, ts, worker_id, event_id, schema_version, pr, pr_author, snapshot, path, status, old_start, old_lines, new_start, new_lines, function FROM (
@@ -165,6 +166,17 @@ CREATE OR REPLACE VIEW intake AS
 SELECT * FROM intake_rows WHERE coalesce(event_id, '') = ''
 UNION ALL
 (SELECT DISTINCT ON (event_id, ts, source) * FROM intake_rows WHERE event_id <> '' ORDER BY event_id, ts, source, ts);
+
+CREATE OR REPLACE VIEW clock_rows AS
+SELECT run_id, ts, worker_id, event_id, schema_version, scope, window_s, time_scale, agent_tool_median_ms, server_tool_median_ms, tool_latency_ratio, cpu_wait_share, machine_bound, why FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS scope, CAST(NULL AS DOUBLE) AS window_s, CAST(NULL AS DOUBLE) AS time_scale, CAST(NULL AS DOUBLE) AS agent_tool_median_ms, CAST(NULL AS DOUBLE) AS server_tool_median_ms, CAST(NULL AS DOUBLE) AS tool_latency_ratio, CAST(NULL AS DOUBLE) AS cpu_wait_share, CAST(NULL AS BOOLEAN) AS machine_bound, CAST(NULL AS VARCHAR) AS why WHERE false
+    UNION ALL BY NAME
+    SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/clock/*.parquet', union_by_name = true)
+);
+CREATE OR REPLACE VIEW clock AS
+SELECT * FROM clock_rows WHERE coalesce(event_id, '') = ''
+UNION ALL
+(SELECT DISTINCT ON (event_id) * FROM clock_rows WHERE event_id <> '' ORDER BY event_id, ts);
 -- END GENERATED TABLE VIEWS
 
 -- Run settings from config.json (connect() reads config.json itself: a missing key is null, a missing
@@ -191,26 +203,55 @@ SELECT worker_id FROM (
     UNION SELECT worker_id FROM board UNION SELECT sender FROM messages UNION SELECT worker_id FROM usage
 ) WHERE worker_id IS NOT NULL AND getvariable('worker_ids') IS NULL;
 
--- The run: id, first and last event of the lifecycle, scores and forge tables (small tables, so
--- this is cheap; a live run ends at its latest event so far), workers (view roster), time scale,
--- harness.
+-- The run and its one clock. started / ended: its first and latest event (lifecycle, scores, forge: small
+-- tables, so this is cheap; a live run ends at its latest event so far): the wall time, set-up and final
+-- scoring included. The schedule (what every question times, in schedule seconds, sched_s):
+--   schedule_started  when the schedule started, the first worker's launch: driver.json's start_wall (the
+--                     variable schedule_start_us, which connect() reads; a resumed driver keeps it), else the
+--                     first lifecycle row of a worker, else the first event
+--   schedule_ended    the configured schedule's end (schedule_started + minutes x 60 / time_scale wall
+--                     seconds; a run that ended at its deadline, summary.json says, ends there), or the
+--                     workers' last event (lifecycle, turns, forge, board, messages) if that came first: a run
+--                     that ended early (done, a budget, a signal) or is still running
+-- set-up is started -> schedule_started (Ray, the actors, the clones); after it, schedule_ended -> ended
+-- (stopping the workers, the final checkpoint). ended_how: summary.json's "ended" (deadline | done |
+-- budget | interrupted; null while the run runs), the variable run_ended.
 CREATE OR REPLACE VIEW run_info AS
 WITH span AS (
     SELECT min(ts) AS lo, max(ts) AS hi FROM lifecycle
     UNION ALL SELECT min(ts), max(ts) FROM scores
     UNION ALL SELECT min(ts), max(ts) FROM forge
+),
+b AS (SELECT min(lo) AS started, max(hi) AS ended FROM span),
+work AS (
+    SELECT max(ts) AS hi FROM (
+        SELECT ts FROM lifecycle WHERE worker_id IS NOT NULL UNION ALL SELECT ts FROM turns
+        UNION ALL SELECT ts FROM forge UNION ALL SELECT ts FROM board UNION ALL SELECT ts FROM messages)
+),
+s AS (
+    SELECT coalesce(make_timestamptz(CAST(getvariable('schedule_start_us') AS BIGINT)),
+                    (SELECT min(ts) FROM lifecycle WHERE worker_id IS NOT NULL), b.started) AS t0
+    FROM b
 )
 SELECT
     coalesce((SELECT any_value(run_id) FROM lifecycle), (SELECT any_value(run_id) FROM scores),
              regexp_extract(getvariable('run_dir'), '([^/]+)/*$', 1)) AS run_id,
-    (SELECT min(lo) FROM span) AS started,
-    (SELECT max(hi) FROM span) AS ended,
+    least(b.started, s.t0) AS started,
+    greatest(b.ended, s.t0) AS ended,
+    s.t0 AS schedule_started,
+    CASE WHEN s.t0 IS NULL THEN NULL
+         ELSE greatest(s.t0, least(CASE WHEN getvariable('run_ended') = 'deadline' THEN 'infinity'::TIMESTAMPTZ
+                                        ELSE coalesce(w.hi, b.ended, s.t0) END,
+                                   coalesce(s.t0 + to_microseconds(CAST(c.minutes * 60e6 / c.time_scale AS BIGINT)),
+                                            'infinity'::TIMESTAMPTZ))) END AS schedule_ended,
+    c.minutes * 60 AS configured_s,
+    CAST(getvariable('run_ended') AS VARCHAR) AS ended_how,
     (SELECT count(*) FROM roster) AS workers,
     c.harness,
     c.time_scale,
     c.claim_rule,
     c.claim_life_wall_s
-FROM run_config c;
+FROM run_config c, b, s, work w;
 
 -- The key of a CLAIM, a release (FAIL `release KEY: ...`) or a PATCH_SUMMARY (`KEY: ...`): its text up to
 -- the first colon (all of it without one), a leading claim/release word dropped, lower-cased, spaces
@@ -221,11 +262,21 @@ CREATE OR REPLACE MACRO claim_key(t) AS
         CASE WHEN contains(t, ':') AND trim(split_part(t, ':', 1)) <> '' THEN split_part(t, ':', 1) ELSE t END)),
         '^(claim(ed|ing)?|release[sd]?)\b *', ''), ' +', ' ', 'g')), 60);
 
--- Schedule seconds since the run started, and between two timestamps.
+-- Schedule seconds since the schedule started (run_info.schedule_started: the first worker's launch; negative
+-- during the set-up), and between two timestamps.
 CREATE OR REPLACE MACRO sched_s(t) AS
-    (epoch(t) - (SELECT epoch(started) FROM run_info)) * (SELECT time_scale FROM run_info);
+    (epoch(t) - (SELECT epoch(schedule_started) FROM run_info)) * (SELECT time_scale FROM run_info);
 CREATE OR REPLACE MACRO sched_dur_s(a, b) AS
     (epoch(b) - epoch(a)) * (SELECT time_scale FROM run_info);
+
+-- One row per scoring of main (view scores) with t_s, the schedule time it stands for: when the checkpoint
+-- took main (scores.schedule_s; the time the score was recorded in traces without it), at most the
+-- configured schedule's end: the final checkpoint takes main after the workers were stopped at the
+-- deadline, and scores main as the schedule left it (scores.sql, score_milestones.sql and time_to_score.sql time scores by it).
+CREATE OR REPLACE VIEW scorings AS
+SELECT least(coalesce(schedule_s, sched_s(ts)), coalesce((SELECT configured_s FROM run_info), 'infinity'::DOUBLE)) AS t_s,
+       *
+FROM scores;
 
 -- The price table (a setting): USD per million tokens, by model or harness name (the first row of a
 -- name counts).
@@ -233,6 +284,39 @@ CREATE OR REPLACE VIEW prices AS
 SELECT DISTINCT ON (model) CAST(model AS VARCHAR) AS model, CAST(input_usd_per_mtok AS DOUBLE) AS input_usd_per_mtok,
        CAST(output_usd_per_mtok AS DOUBLE) AS output_usd_per_mtok
 FROM read_csv(coalesce(getvariable('prices'), 'analysis/prices.csv'), header = true, all_varchar = true);
+
+-- One row per charged model call, with the model that prices it and its cost (cost.sql and
+-- cost_per_model.sql read it). A run whose agents went through the model gateway (table llm_calls has
+-- rows) counts those: one row per model request, tokens from the provider's usage fields (input_tokens
+-- include cached ones), model the one that answered (model_used, else the one asked for), cost as the
+-- gateway priced it (LiteLLM's price map or the run's override); a call the gateway could not price (a
+-- model no price table knows, or an answer without usage) has a null cost_usd and unpriced true: unknown,
+-- never $0. Otherwise table usage: tokens as the agent reports them, one row per turn (the sim agent
+-- reports none); its rows name no model, so they are priced by the price-table row (view prices) named
+-- like the run's harness: cost_usd = input_tokens x input price + output_tokens x output price (priced
+-- true), else what the agent reported (reported_cost_usd). Only this view knows where calls come from.
+CREATE OR REPLACE VIEW charged_calls AS
+WITH calls AS (
+    SELECT worker_id, coalesce(model_used, model) AS model, input_tokens, cached_tokens, output_tokens,
+           CAST(NULL AS DOUBLE) AS reported_cost_usd, cost_usd AS gateway_cost_usd, true AS via_gateway
+    FROM llm_calls
+    UNION ALL
+    SELECT u.worker_id, r.harness AS model, u.input_tokens, CAST(0 AS BIGINT), u.output_tokens,
+           u.cost_usd AS reported_cost_usd, CAST(NULL AS DOUBLE) AS gateway_cost_usd, false AS via_gateway
+    FROM usage u, run_info r
+    WHERE NOT EXISTS (SELECT 1 FROM llm_calls)
+)
+SELECT c.worker_id, c.model, coalesce(c.input_tokens, 0) AS input_tokens,
+       coalesce(c.cached_tokens, 0) AS cached_tokens, coalesce(c.output_tokens, 0) AS output_tokens,
+       coalesce(c.reported_cost_usd, 0) AS reported_cost_usd,
+       NOT c.via_gateway AND p.model IS NOT NULL AS priced, c.via_gateway,
+       c.via_gateway AND c.gateway_cost_usd IS NULL AS unpriced,
+       CASE WHEN c.via_gateway THEN c.gateway_cost_usd
+            WHEN p.model IS NOT NULL
+            THEN (coalesce(c.input_tokens, 0) * p.input_usd_per_mtok
+                  + coalesce(c.output_tokens, 0) * p.output_usd_per_mtok) / 1e6
+            ELSE coalesce(c.reported_cost_usd, 0) END AS cost_usd
+FROM calls c LEFT JOIN prices p ON p.model = c.model;
 
 -- One row per pull request, from the forge events.
 --   author     whoever opened it (the actor of its first pr_opened event); only a PR with no such event
@@ -367,3 +451,86 @@ WITH r AS (
     FROM worker_activity w, role_thresholds
 )
 SELECT * REPLACE (CASE WHEN labels = '' THEN role ELSE labels END AS labels) FROM r;
+
+-- Organizational efficiency (issue 30): what duplicated_work.sql, pr_work.sql and efficiency.sql read.
+
+-- Pairs of PRs by different authors that duplicate work, one row per pair (pr_a < pr_b) and file:
+-- reason (same new file | same lines | same function), overlap_lines, functions. The rules are
+-- duplicated_work.sql's (its header says them); the view lets efficiency.sql count the same pairs.
+CREATE OR REPLACE VIEW pr_duplicate_pairs AS
+WITH snap AS (SELECT pr, arg_min(event_id, ts) AS ev FROM pr_changes GROUP BY pr),
+ch AS (
+    SELECT c.*, p.author FROM pr_changes c JOIN snap s ON c.pr = s.pr AND c.event_id = s.ev
+    JOIN prs p ON p.pr = c.pr
+    WHERE p.author IS NOT NULL
+),
+added AS (SELECT DISTINCT pr, author, path FROM ch WHERE status = 'added'),
+edits AS (SELECT pr, author, path, old_start, old_lines, function FROM ch WHERE old_lines > 0),
+hits AS (
+    SELECT a.pr AS pr_a, a.author AS author_a, b.pr AS pr_b, b.author AS author_b, a.path,
+           1 AS rank, 0 AS overlap, NULL AS function
+    FROM added a JOIN added b ON a.path = b.path AND a.pr < b.pr AND a.author <> b.author
+    UNION ALL
+    SELECT a.pr, a.author, b.pr, b.author, a.path, 2,
+           least(a.old_start + a.old_lines, b.old_start + b.old_lines) - greatest(a.old_start, b.old_start),
+           NULL
+    FROM edits a JOIN edits b
+      ON a.path = b.path AND a.pr < b.pr AND a.author <> b.author
+     AND a.old_start < b.old_start + b.old_lines AND b.old_start < a.old_start + a.old_lines
+    UNION ALL
+    SELECT a.pr, a.author, b.pr, b.author, a.path, 3, 0, a.function
+    FROM edits a JOIN edits b
+      ON a.path = b.path AND a.function = b.function AND a.pr < b.pr AND a.author <> b.author
+    WHERE a.function <> ''
+)
+SELECT pr_a, author_a, pr_b, author_b, path,
+       CASE min(rank) WHEN 1 THEN 'same new file' WHEN 2 THEN 'same lines' ELSE 'same function' END AS reason,
+       CAST(sum(overlap) AS BIGINT) AS overlap_lines,
+       string_agg(DISTINCT function, '; ' ORDER BY function) AS functions
+FROM hits
+GROUP BY pr_a, author_a, pr_b, author_b, path;
+
+-- One row per PR with a known author: the work its author put into it, and whether that work was on a
+-- feature someone else merged.
+--   work_start  when its author started on it: the latest of the author's latest CLAIM before the PR was
+--               opened, the author's previous PR's opening, and the author's latest start or restart
+--               (lifecycle) before it; null for a PR with no pr_opened event
+--   work_end    when that work ended: the PR's merge, else its closing, else the run's end
+--   work_s      schedule seconds between the two (a worker holding several PRs open at once counts the
+--               time in each)
+--   duplicate_of  the PR by another author it duplicates work with (view pr_duplicate_pairs) that was
+--               merged, this PR being unmerged or merged after it (the earliest merged such PR); null when
+--               none: its work was not on a feature someone else merged
+CREATE OR REPLACE VIEW pr_work AS
+WITH p AS (
+    SELECT pr, author, state, opened_ts, merged_ts, closed_ts,
+           lag(opened_ts) OVER (PARTITION BY author ORDER BY opened_ts, pr) AS prev_opened
+    FROM prs WHERE author IS NOT NULL
+),
+cl AS (SELECT worker_id, ts FROM board WHERE type = 'CLAIM' AND worker_id IS NOT NULL),
+up AS (SELECT worker_id, ts FROM lifecycle WHERE event IN ('started', 'restarted') AND worker_id IS NOT NULL),
+s AS (
+    SELECT c.*, up.ts AS up_ts FROM (
+        SELECT p.*, cl.ts AS claimed_ts FROM p ASOF LEFT JOIN cl ON cl.worker_id = p.author AND cl.ts <= p.opened_ts
+    ) c ASOF LEFT JOIN up ON up.worker_id = c.author AND up.ts <= c.opened_ts
+),
+pairs AS (
+    SELECT pr_a AS pr, pr_b AS other FROM pr_duplicate_pairs
+    UNION SELECT pr_b, pr_a FROM pr_duplicate_pairs
+),
+dup AS (
+    SELECT s.pr, arg_min(o.pr, o.merged_ts) AS duplicate_of
+    FROM s JOIN pairs ON pairs.pr = s.pr JOIN prs o ON o.pr = pairs.other
+    WHERE o.state = 'merged' AND o.author IS DISTINCT FROM s.author
+      AND (s.state <> 'merged' OR o.merged_ts < s.merged_ts OR (o.merged_ts = s.merged_ts AND o.pr < s.pr))
+    GROUP BY s.pr
+),
+w AS (
+    SELECT s.pr, s.author, s.state, s.opened_ts,
+           CASE WHEN s.opened_ts IS NOT NULL THEN greatest(s.claimed_ts, s.prev_opened, s.up_ts) END AS start0,
+           coalesce(s.merged_ts, s.closed_ts, (SELECT ended FROM run_info)) AS work_end
+    FROM s
+)
+SELECT w.pr, w.author, w.state, coalesce(w.start0, w.opened_ts) AS work_start, w.work_end,
+       greatest(0.0, sched_dur_s(coalesce(w.start0, w.opened_ts), w.work_end)) AS work_s, dup.duplicate_of
+FROM w LEFT JOIN dup USING (pr);

@@ -10,8 +10,8 @@ chat. No launch stagger, so `launch_s` measures bringing every worker up.
 Prints the machine facts, progress, and as its last line one JSON object:
 workers, nodes, launch_s, first_turn_all_s, peak_rss_mib, fanout_p99_ms,
 board_post_p99_ms, deliveries_per_s, prs_merged, score, turn_errors, the median board_read as
-the agent waited for it and as the tool server served it, wall_s, sandbox (whether the
-hosts' sim agent processes ran in their bubblewrap sandbox: on by default, as in a
+the agent waited for it and as the tool server served it, clock (summary.json's: machine-bound?),
+wall_s, sandbox (whether the hosts' sim agent processes ran in their bubblewrap sandbox: on by default, as in a
 run; `--no-sandbox` for the figures without it), and two memory cross-checks (see
 bench/common.py MemorySampler: peak_rss_mib is the process tree's summed PSS;
 peak_rss_sum_mib the naive RSS sum; peak_used_delta_mib the machine's).
@@ -180,6 +180,9 @@ def main() -> None:
         # transport (the MCP client, the sandbox's relay, the host's loop), not the board.
         "board_read_agent_ms": median_call("agent"),
         "board_read_server_ms": median_call("mcp"),
+        # The run's own clock (agensh_ray/lag.py): every tool call's median at the agent and at the server, the
+        # CPU wait share of the hosts' process trees, and whether the run was machine-bound.
+        "clock": summary.get("clock"),
         "wall_s": round(wall, 1),
         "sandbox": not args.no_sandbox,
         "peak_rss_sum_mib": round(mem.peak_rss_sum / 2**20),

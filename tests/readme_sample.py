@@ -13,9 +13,10 @@ OPTIONAL = ("[T] ... still ",)
 """Lines of the sample a run prints only sometimes: the driver's waiting line comes after 7 s of silence."""
 ENDINGS = ("[T] N s passed with no new work", "[T] deadline reached")
 """How a demo run ends: done (the sample's), or at its deadline on a machine too loaded to finish in time."""
-CONDITIONAL_SUMMARY = ("model calls", "model cost", "model", "object store", "strict score", "checkpoints")
+CONDITIONAL_SUMMARY = ("model calls", "model cost", "model", "object store", "strict score", "checkpoints", "clock",
+                       "agents")
 """Summary lines that only some runs print (the gateway, real agents, an object store, a strict score, checkpoints
-missed or failed)."""
+missed or failed, a machine-bound run's warning, agents that crashed)."""
 EXTRA_OK = ("[T] ... still ", "[T] final score", "[T] note:", "[T] resuming", "[T] the board:", "[T] sandbox",
             "[T] strict score")
 """Output lines the sample need not show (more about the sandbox, e.g. its resource limits, and a strict score
@@ -51,8 +52,8 @@ def shape(line: str) -> str:
 
 def progress_core(shaped: str) -> str:
     """A progress line without the parts only some runs show (restarts, actors away, the model, budgets, writes
-    the write rates slowed, a strict score that differs, checkpoints missed or failed)."""
-    s = re.sub(r" \| (?:N actors restarted|away: .*?|model N calls.*?|cost .*?)(?= \||$)", "", shaped)
+    the write rates slowed, a strict score that differs, checkpoints missed or failed, machine-bound)."""
+    s = re.sub(r" \| (?:N actors restarted|away: .*?|model N calls.*?|cost .*?|machine-bound .*?)(?= \||$)", "", shaped)
     s = re.sub(r"(?<=score S) \([^|]*\)", "", s)
     s = re.sub(r", N writes slowed and N refused by the write rates", "", s)
     return re.sub(r", N stopped at budget", "", s)

@@ -28,7 +28,9 @@ def check_report(out: Path, runs: int) -> str:
     # self-contained: every plot inline, nothing fetched
     inline = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
     per_run = len(PLOTS) * runs
-    assert len(inline) == per_run + 2 + (runs > 1), "score and time-to-score plots, side by side, four per run"
+    scores = 0 if "Too few checkpoints to plot the score over time for" in md and runs == 1 else 2
+    assert len(inline) == per_run + scores + 2 * (runs > 1), \
+        "score and time-to-score plots, side by side and the scaling curve, four per run"
     assert "src='http" not in html and "<script" not in html
     links = re.findall(r"!\[[^\]]*\]\((img/[^)]+)\)", md)
     assert len(links) == len(inline)
@@ -152,6 +154,11 @@ def test_report_on_a_fresh_demo_run(fresh_demo_run, tmp_path):
         seen = layout(out / "report.html", 1400)
         assert seen["too_wide"] == 0, seen["offenders"]
     answers = report.analyse(run_dir)
+    # one clock: the schedule as configured (or less), every milestone inside it, set-up and scoring apart
+    run = answers.run
+    assert run["duration_s"] <= run["configured_s"] + 1e-6 and run["setup_wall_s"] >= 0 <= run["after_wall_s"]
+    assert all(m["time_to_s"] is None or m["time_to_s"] <= run["duration_s"] + 1e-6
+               for m in answers.answers["score_milestones"].dicts())
     merges = answers.answers["merges"].one()
     assert merges["opened"] == summary["prs_opened"] and merges["merged"] == summary["prs_merged"]
     assert merges["merge_conflicts"] == summary["merge_conflicts"]

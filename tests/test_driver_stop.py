@@ -325,3 +325,35 @@ def test_a_second_sigterm_forces_the_stop_and_leaves_no_process(cli_run):
     assert summary["ended"] == "interrupted" and summary["signal"] == "SIGTERM", summary
     assert summary["partial"] is True or "prs_merged" in summary  # the orderly stop may have been quicker
     wait_for(lambda: not run.alive(), 30, "no process of the run left")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_summary_counts_errors_written_as_the_run_stops_as_the_trace_holds_them(ray_session, tmp_path):
+    """Each worker's agent (the scripted ACP agent) fails its first turn only when the run stops it (ACP cancel):
+    every turn error is written after the driver's last progress poll. summary.json counts them from the trace."""
+    from agensh_ray.analysis.views import connect
+    from agensh_ray.config import SandboxConfig
+
+    scripts = tmp_path / "scripts"  # sandboxed agents see their script through a read-only mount
+    scripts.mkdir()
+    script = scripts / "script.json"
+    fail = {"do": "fail", "text": "model gone as the run stopped", "seconds": 600}
+    script.write_text(json.dumps({"turns": [[fail]]}))
+    harness = f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log ~/agent.jsonl"
+    cfg = RunConfig(workers=2, time_scale=120, minutes=10, run_dir=tmp_path, run_id="errs", seed=3, harness=harness,
+                    sandbox=SandboxConfig(read_only=[scripts]))
+    out = io.StringIO()
+    summary = Run(cfg, Task.load("textkit"), out=out).execute()
+    text = out.getvalue()
+    life = connect(tmp_path / "errs").execute(
+        "SELECT event, detail FROM lifecycle WHERE worker_id IS NOT NULL").fetchall()
+    errors = [d for e, d in life if e == "turn_error"]
+    assert len(errors) == 2 and all("model gone as the run stopped" in d for d in errors), (life, text)
+    progress = [line for line in text.splitlines() if "turn errors" in line and "| board" in line]
+    assert progress and ", 0 turn errors" in progress[-1], text  # its last poll came before them
+    assert (summary["turn_errors"], summary["model_errors"], summary["crashes"]) == \
+        (2, 2, sum(e == "crashed" for e, _ in life)), text
+    assert summary["error_counts_from"] == "trace"
+    assert json.loads((tmp_path / "errs" / "summary.json").read_text()) == summary

@@ -73,6 +73,58 @@ def test_the_plan_file_is_yaml(tmp_path):
     assert [c.id for c in load_plan(tmp_path / "p.yaml").cells(tmp_path)] == CELLS
 
 
+def test_a_generated_task_per_worker_count_and_settings_by_worker_count(tmp_path):
+    plan = Plan(tasks=["generate:features=4N,depth=4,registries=0.25N"], workers=[1, 8, 64], seeds=[3],
+                base={"minutes": 60, "time_scale": 60}, by_workers={64: {"time_scale": 2, "workers_per_actor": 8}},
+                ablations={"one-router": {"routing.routers": 1, "time_scale": 1}}, ablation_workers=[64])
+    cells = {c.id: c for c in plan.cells(tmp_path)}
+    assert list(cells) == ["gen-F4N-L4-R0p25N.base.w001.s3", "gen-F4N-L4-R0p25N.base.w008.s3",
+                           "gen-F4N-L4-R0p25N.base.w064.s3", "gen-F4N-L4-R0p25N.one-router.w064.s3"]
+    w8, w64 = cells["gen-F4N-L4-R0p25N.base.w008.s3"], cells["gen-F4N-L4-R0p25N.base.w064.s3"]
+    assert (w8.generate["features"], w8.generate["registries"], w8.generate["seed"]) == (32, 2, 3)
+    assert (w64.generate["features"], w64.generate["registries"]) == (256, 16)
+    assert (w8.config.time_scale, w8.config.workers_per_actor) == (60, 1)
+    assert (w64.config.time_scale, w64.config.workers_per_actor) == (2, 8)
+    ab = cells["gen-F4N-L4-R0p25N.one-router.w064.s3"].config  # the ablation's own settings win
+    assert (ab.time_scale, ab.workers_per_actor, ab.routing.routers) == (1, 8, 1)
+    assert ab.task == w64.config.task and Path(w64.config.task).parent == tmp_path.absolute() / "tasks"
+    assert w8.config.task != w64.config.task
+
+
+def test_an_experiment_writes_its_generated_tasks_once(tmp_path):
+    from agensh_ray.experiment.plan import generate_tasks
+    from agensh_ray.task import Task
+
+    plan = Plan(tasks=["generate:features=2N,depth=2,seed=5"], workers=[2, 4], seeds=[0, 1])
+    cells = plan.cells(tmp_path)
+    said: list[str] = []
+    generate_tasks(cells, say=said.append)
+    assert len(said) == 2 and len(list((tmp_path / "tasks").iterdir())) == 2  # one per worker count, not per seed
+    four = Path(cells[-1].config.task)
+    assert Task.load(str(four)).instance["agensh"]["generated"]["features"] == 8
+    before = (four / "oracle" / "graph.json").stat().st_mtime_ns
+    generate_tasks(cells, say=said.append)  # kept: the same parameters
+    assert len(said) == 2 and (four / "oracle" / "graph.json").stat().st_mtime_ns == before
+    (four / "oracle" / "graph.json").unlink()  # half written: written again
+    generate_tasks(cells, say=said.append)
+    assert len(said) == 3 and (four / "oracle" / "graph.json").is_file()
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"tasks": ["generate:depth=4"]}, "features= is required"),
+    ({"tasks": ["generate:features=4N,colour=2"]}, "unknown generator parameter 'colour'"),
+    ({"tasks": ["generate:features=4N,helper_share=2N"]}, "only an integer parameter"),
+    ({"tasks": ["generate:features=lots"]}, "features=lots is not an integer"),
+    ({"tasks": ["generate:features=4N,depth=16"], "workers": [1]}, "depth must be between 1 and F=4"),
+    ({"workers": [1, 8], "by_workers": {16: {"time_scale": 2}}}, "by_workers 16: not one of"),
+    ({"workers": [8], "by_workers": {8: {"workers": 2}}}, "sets workers"),
+    ({"workers": [8], "by_workers": {8: {"time_scale": -1}}}, "time_scale must be positive"),
+])
+def test_a_bad_generated_task_or_by_workers_is_refused(bad, why):
+    with pytest.raises(ValueError, match=why):
+        Plan.model_validate(bad)
+
+
 def test_every_sim_knob_and_plan_field_is_documented_in_docs_experiments():
     from agensh_ray.config import SimConfig
     from agensh_ray.paths import DOCS_DIR

@@ -171,6 +171,30 @@ async def test_a_dead_provider_is_given_up_on_with_its_own_error_and_the_turn_re
     assert "answered 500: injected failure 500 (gave up after 5 attempts)" in report.error
 
 
+async def test_after_a_give_up_the_workers_calls_are_refused_at_once_until_its_turn_ends(openai_fake, tmp_path):
+    """A CLI that retries on its own after the give-up (ignoring x-should-retry) is refused at once, without
+    reaching the provider, and counted; another worker is not; the final turn report lifts it."""
+    fake = openai_fake(SAY, faults=FaultSchedule(error_rate=1.0, error_status=500))
+    async with Rig(tmp_path, fake, GatewayConfig(retry=RetryConfig(max_attempts=2, base_s=0.01))) as rig:
+        first = await rig.post("w001", chat("w001"))
+        again = [await rig.post("w001", chat("w001")) for _ in range(3)]
+        other = await rig.post("w002", chat("w002"))
+        mid = rig.gw.turn_report("w001", 0)
+        final = rig.gw.turn_report("w001", 0, final=True)
+        after = await rig.post("w001", chat("w001"))  # its next turn: the provider again
+    assert first.status_code == 500 and first.headers["x-should-retry"] == "false"
+    assert {r.status_code for r in again} == {403} and {r.headers["x-should-retry"] for r in again} == {"false"}
+    assert again[0].json()["error"]["message"].startswith("agensh gateway: refused at once: the gateway gave up")
+    assert other.status_code == 500 and after.status_code == 500
+    assert len(fake.requests) == 2 + 2 + 2  # w001's first call, w002's, w001's next turn: 2 attempts each
+    assert (mid.gave_up is not None, mid.refused_after_give_up, mid.failed, mid.calls) == (True, 3, 4, 4)
+    assert "(gave up after 2 attempts)" in mid.gave_up and final.refused_after_give_up == 3
+    assert rig.gw.turn_report("w001", 0).gave_up is not None  # `after` gave up again: a new give-up
+    statuses = [r["status"] for r in rig.rows()]
+    assert statuses == ["gave_up", "refused", "refused", "refused", "gave_up", "gave_up"]
+    assert rig.gw.status()["refused_after_give_up"] == 3
+
+
 async def test_a_stream_cut_mid_way_is_cut_for_the_agent_too_and_recorded(openai_fake, tmp_path):
     script = Script(workers={"*": [Turn(steps=[Step(say="a long answer that breaks", cut=1)])]})
     fake = openai_fake(script, faults=FaultSchedule(chunks=6))
@@ -281,3 +305,90 @@ async def test_anthropic_messages_stream_through_with_cache_tokens_and_an_overlo
     assert (row["input_tokens"], row["output_tokens"]) == (fake.requests[-1].usage["input"],
                                                             fake.requests[-1].usage["output"])
     assert row["cost_usd"] == pytest.approx(row["input_tokens"] * 3e-6 + row["output_tokens"] * 1.5e-5)
+
+
+async def test_an_unpriced_model_costs_unknown_on_the_progress_line_and_in_the_summary_never_zero(openai_fake,
+                                                                                                   tmp_path):
+    from agensh_ray.driver.health import gateway_cost_summary, gateway_cost_text
+    from agensh_ray.driver.summary import gateway_cost_line
+
+    fake = openai_fake(SAY)
+    async with Rig(tmp_path, fake, GatewayConfig(retry=FAST)) as rig:
+        priced = await rig.post("w001", chat("w001"))
+        unpriced = await rig.post("w001", {**chat("w001"), "model": "house-model-without-a-price"})
+        both = rig.gw.status()
+    assert priced.status_code == unpriced.status_code == 200
+    rows = rig.rows()
+    assert [r["status"] for r in rows] == ["ok", "ok"] and rows[1]["input_tokens"] > 0 and rows[1]["cost_usd"] is None
+    assert both["cost_unknown"] == 1 and both["usd"] == pytest.approx(rows[0]["cost_usd"])
+    assert gateway_cost_text(both) == f"${rows[0]['cost_usd']:.2f} + unknown (1 calls unpriced)"
+    s = {"model_calls": 2, **gateway_cost_summary(both)}
+    assert s["model_cost_usd"] is None and s["model_cost_usd_known"] == pytest.approx(rows[0]["cost_usd"])
+    assert gateway_cost_line(s).startswith(f"${rows[0]['cost_usd']:.4f} + unknown (1 calls unpriced")
+    only = {"calls": 1, "ok": 1, "usd": 0.0, "cost_unknown": 1}  # a run whose only model has no price
+    assert gateway_cost_text(only) == "cost unknown (1 calls unpriced)"
+    assert gateway_cost_summary(only)["model_cost_usd"] is None
+    assert gateway_cost_text({"calls": 1, "ok": 1, "usd": 0.0}) == "$0.00"  # priced, and free: that is $0
+
+
+def test_a_dollar_budget_for_a_model_with_no_price_is_refused_at_start(tmp_path):
+    from agensh_ray.config import RunConfig
+    from agensh_ray.services.gateway import unpriced_budget
+
+    def cfg(model, **kw):
+        return RunConfig(harness="copilot", model=model, gateway=GatewayConfig(**kw))
+
+    problem = unpriced_budget(cfg("house-model", budget=BudgetConfig(run_usd=5)))
+    assert problem.startswith("--budget-run-usd 5: the model 'house-model' (openai) has no price in LiteLLM's "
+                              "price map")
+    assert "--prices FILE" in problem and "--budget-run-tokens" in problem
+    assert unpriced_budget(cfg("house-model", budget=BudgetConfig(run_tokens=5000))) is None  # tokens count anyway
+    assert unpriced_budget(cfg("gpt-4.1", budget=BudgetConfig(worker_usd=1))) is None
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"house-model": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}))
+    assert unpriced_budget(cfg("house-model", budget=BudgetConfig(worker_usd=1), prices=prices)) is None
+
+
+async def hang_up_after(rig: Rig, body: dict, path: str, marker: str) -> list[str]:
+    """Read the streamed answer as a client that stops at `marker` (the lines it read, then it closes the
+    connection), and wait for the call's row."""
+    seen: list[str] = []
+    async with rig.http.stream("POST", rig.base + path, json=body, headers=rig.headers("w001")) as r:
+        assert r.status_code == 200
+        async for line in r.aiter_lines():
+            seen.append(line)
+            if marker in line:
+                break
+    await await_for(lambda: rig.gw.counts["calls"] >= 1, 10, "the call's row")
+    return seen
+
+
+async def test_a_client_that_hangs_up_once_its_answer_is_whole_was_answered(openai_fake, tmp_path):
+    """As the CLIs' SDKs do: they close after the answer's last event, before the usage chunk, `[DONE]`,
+    `message_stop` or the body's end. The gateway judges by what the client received, per protocol."""
+    slow = FaultSchedule(chunk_delay_s=0.5)  # the fake pauses before each event: the hang-up falls in a pause
+    fake = openai_fake(SAY, faults=slow)
+    async with Rig(tmp_path / "chat", fake, GatewayConfig(retry=FAST)) as rig:
+        seen = await hang_up_after(rig, chat("w001"), "/chat/completions", '"finish_reason": "stop"')
+    assert not any("[DONE]" in line for line in seen)
+    (row,) = rig.rows()
+    assert (row["status"], row["error"]) == ("ok", None)  # not client_gone: the agent had its answer
+
+    async with Rig(tmp_path / "early", fake, GatewayConfig(retry=FAST)) as rig:  # mid-answer: it did not
+        await hang_up_after(rig, chat("w001"), "/chat/completions", '"content"')
+    (row,) = rig.rows()
+    assert row["status"] == "client_gone" and row["error"].startswith("the agent hung up before the answer")
+
+    anthropic = FakeAnthropic(Script(workers={"*": [Turn(steps=[Step(say="bonjour")])]}), api_key=REAL,
+                              faults=slow)
+    anthropic.start()
+    body = {"model": "claude-sonnet-4-5-20250929", "max_tokens": 100, "stream": True,
+            "messages": [{"role": "user", "content": "worker id: w001\ngo"}]}
+    try:
+        async with Rig(tmp_path / "messages", anthropic, GatewayConfig(retry=FAST), harness="claude") as rig:
+            seen = await hang_up_after(rig, body, "/v1/messages", '"stop_reason": "end_turn"')
+    finally:
+        anthropic.close()
+    assert not any("message_stop" in line for line in seen)
+    (row,) = rig.rows()
+    assert (row["status"], row["output_tokens"]) == ("ok", anthropic.requests[-1].usage["output"])

@@ -313,6 +313,12 @@ def test_cost_sql_takes_the_gateways_count_when_the_run_has_llm_calls(tmp_path):
     got = {(r[cols.index("level")], r[cols.index("worker_id")]): r for r in rows}
     run = got[("run", None)]
     assert (run[cols.index("input_tokens")], run[cols.index("output_tokens")]) == (157, 18)
-    assert run[cols.index("cost_usd")] == pytest.approx(0.75)
+    # one call has no price: the cost is unknown (never $0 for it), the known part and the unpriced calls shown
+    assert run[cols.index("cost_usd")] is None and run[cols.index("cost_basis")] == "partial"
+    assert run[cols.index("known_cost_usd")] == pytest.approx(0.75)
+    assert (run[cols.index("calls")], run[cols.index("unpriced_calls")]) == (3, 1)
     w1 = got[("worker", "w001")]
-    assert (w1[cols.index("input_tokens")], w1[cols.index("cost_usd")]) == (150, pytest.approx(0.25))
+    assert (w1[cols.index("input_tokens")], w1[cols.index("cost_usd")]) == (150, None)
+    assert w1[cols.index("known_cost_usd")] == pytest.approx(0.25)
+    w2 = got[("worker", "w002")]
+    assert (w2[cols.index("cost_usd")], w2[cols.index("cost_basis")]) == (pytest.approx(0.5), "gateway")

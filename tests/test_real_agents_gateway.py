@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from agensh_ray.agent.harness import get_harness
 from agensh_ray.config import BudgetConfig, GatewayConfig, RetryConfig, RunConfig
 from agensh_ray.fakes.anthropic_server import FakeAnthropic
 from agensh_ray.fakes.faults import FaultSchedule
+from agensh_ray.fakes.gemini_server import FakeGemini
 from agensh_ray.fakes.openai_server import FakeOpenAI
 from agensh_ray.fakes.script import Script, Step, Turn
 from agensh_ray.services.gateway import GatewayServer, make_gateway
@@ -236,3 +238,45 @@ async def test_a_failing_model_is_a_turn_error_with_the_providers_status_and_the
     # x-should-retry: false on the give-up: the CLI's own retries do not multiply the gateway's.
     assert len(fake.requests) == 2 * len(rows)
     assert os.environ["COPILOT_PROVIDER_API_KEY"] == SENTINEL
+
+
+HANGING = {  # harness: (fake endpoint, URL variable, key variable)
+    "gemini": (FakeGemini, "GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY"),
+    "codex": (FakeOpenAI, "OPENAI_BASE_URL", "OPENAI_API_KEY"),
+}
+
+
+@pytest.mark.parametrize("name", list(HANGING))
+async def test_a_model_the_gateway_gave_up_on_ends_the_turn_whatever_the_cli_does(name, services, tmp_path,
+                                                                                  monkeypatch):
+    """The provider hangs: the gateway gives up (2 attempts of a 1.5 s read timeout); Gemini CLI and Codex retry on
+    their own, ignoring `x-should-retry: false`. Their further calls are refused at once and counted, and the turn
+    ends as a model error: by the CLI on the refusals, or by the worker (cancel, then stop) after the grace."""
+    need(name)
+    fake_cls, url_var, key_var = HANGING[name]
+    for var in get_harness(name).env_keys:
+        monkeypatch.delenv(var, raising=False)
+    script = Script(workers={"*": [Turn(steps=[Step(say="never sent: the provider hangs", gate="never")])]})
+    fake = fake_cls(script, api_key=SENTINEL)
+    monkeypatch.setenv(url_var, fake.start())
+    monkeypatch.setenv(key_var, SENTINEL)
+    cfg = GatewayConfig(retry=RetryConfig(max_attempts=2, give_up_s=30, base_s=0.05, max_wait_s=0.2),
+                        read_timeout_s=1.5, failure_backoff_s=600, give_up_grace_s=3)
+    async with Rig(services, tmp_path, name, fake, cfg) as rig:
+        w = rig.host.workers["w001"]
+        await rig.host.launch("w001")
+        await await_for(lambda: w.turn >= 1 and not w.in_turn, 150, f"{name}'s turn to end")
+        fake.open_gate("never")
+    assert w.model_errors == 1 and w.turn_errors == 1
+    (error,) = [r["detail"] for r in table(rig.run_dir, "lifecycle") if r["event"] == "turn_error"]
+    assert error.startswith("model error: model calls failed (") and "; the gateway gave up, " in error, error
+    rows = sorted(rig.calls(), key=lambda r: r["ts"])
+    gave_up = [r for r in rows if r["status"] == "gave_up"]
+    refused = [r for r in rows if r["status"] == "refused"]
+    assert len(gave_up) == 1 and gave_up[0]["error"].endswith("(gave up after 2 attempts)"), rows
+    assert all(r["error"].startswith("refused at once: the gateway gave up") for r in refused)
+    assert f"{len(refused)} calls refused after it" in error
+    # Nothing reached the provider after the give-up: its two attempts are all it saw of this turn.
+    model_calls = [r for r in fake.requests if r.reply is not None and r.reply.gate == "never"]
+    assert len(model_calls) == 2, [(r.path, r.status) for r in fake.requests]
+    assert rows.index(gave_up[0]) == len(rows) - 1 - len(refused)  # every refusal came after the give-up

@@ -76,6 +76,24 @@ def test_the_progress_and_summary_lines_are_as_the_readme_shows(finished_run):
     check_readme_format(out, every_line=False)
 
 
+def test_the_run_measures_its_clock(finished_run):
+    """summary.json's `clock` (agensh_ray/lag.py) has every key, the figures the trace's `clock` table ends with;
+    whether this run was machine-bound depends on the shared machine, so only consistency is asserted."""
+    summary, run_dir, out, _ = finished_run
+    clock = summary["clock"]
+    assert set(clock) == {"time_scale", "agent_tool_median_ms", "server_tool_median_ms", "tool_latency_ratio",
+                          "cpu_wait_share", "machine_bound", "why"}
+    assert clock["time_scale"] == 120 and clock["server_tool_median_ms"] is not None, clock
+    assert clock["agent_tool_median_ms"] is not None and clock["cpu_wait_share"] is not None, clock
+    assert clock["machine_bound"] == (clock["why"].startswith("machine-bound")), clock
+    assert ("clock          MACHINE-BOUND" in out) == clock["machine_bound"]
+    con = connect(run_dir)
+    run_row = con.execute("SELECT agent_tool_median_ms, cpu_wait_share, machine_bound FROM clock WHERE scope = 'run'"
+                          ).fetchall()
+    assert run_row == [(clock["agent_tool_median_ms"], clock["cpu_wait_share"], clock["machine_bound"])]
+    assert con.execute("SELECT count(*) FROM clock WHERE scope = 'window'").fetchone()[0] >= 1
+
+
 def test_killed_agent_is_restarted_and_recorded(finished_run):
     _, run_dir, _, pid = finished_run
     con = connect(run_dir)

@@ -25,6 +25,7 @@ from agensh_ray.task.golden import TEST_PREFIX
 from agensh_ray.task.runner_files import removal_argv, scan
 from agensh_ray.task.sandbox import BwrapBackend
 from agensh_ray.trace import TraceWriter, write_schema_files
+from agensh_ray.trace.rows import SCHEMA_VERSION
 
 pytestmark = pytest.mark.security
 
@@ -229,9 +230,9 @@ def test_a_conftest_on_main_scores_official_one_and_strict_what_the_program_earn
                        "strict_eval_json, schema_version FROM scores ORDER BY ts").fetchall()
     assert rows == [
         ("periodic", 1.0, len(active), first.strict_score, upper_tests, "conftest.py",
-         "checkpoints/01-periodic.strict.eval.json", 6),
+         "checkpoints/01-periodic.strict.eval.json", SCHEMA_VERSION),
         ("final", 1.0, len(active), first.strict_score, upper_tests, "conftest.py",
-         "checkpoints/02-final.strict.eval.json", 6)]
+         "checkpoints/02-final.strict.eval.json", SCHEMA_VERSION)]
     cols, (final,) = run_query(con, "final_score")
     final = dict(zip(cols, final))
     assert (final["final_pass_rate"], final["final_strict_pass_rate"], final["final_runner_files"]) == (

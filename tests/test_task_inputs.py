@@ -138,7 +138,7 @@ def test_a_run_whose_main_has_no_compile_sh_scores_compile_failed_to_its_deadlin
     """The issue's run, with a real-format task whose starter has no compile.sh (as a real agent's team before
     it writes one): before, the periodic checkpoint raised, then the final one, and no summary.json."""
     task = Task.load(str(_textkit_copy(tmp_path / "acme__kit.0000002", "workspace/compile.sh")))
-    cfg = RunConfig(workers=2, time_scale=240, minutes=120, run_dir=tmp_path / "runs", run_id="nocompile", seed=3,
+    cfg = RunConfig(workers=2, time_scale=240, minutes=60, run_dir=tmp_path / "runs", run_id="nocompile", seed=3,
                     score_every_s=1800, stop_when_done=False)
     summary, out = _run(cfg, task, 540)
     run_dir = tmp_path / "runs" / "nocompile"
@@ -165,7 +165,7 @@ def test_periodic_checkpoints_keep_their_grid_while_a_cpu_hog_saturates_the_mach
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         every = 900.0
-        cfg = RunConfig(workers=2, time_scale=240, minutes=120, run_dir=tmp_path / "runs", run_id="hog", seed=5,
+        cfg = RunConfig(workers=2, time_scale=240, minutes=60, run_dir=tmp_path / "runs", run_id="hog", seed=5,
                         score_every_s=every, stop_when_done=False)
         summary, out = _run(cfg, Task.load("textkit"), 540)
     finally:

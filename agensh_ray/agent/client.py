@@ -124,13 +124,13 @@ class _Terminal:
     reader: asyncio.Task | None = None
 
 
-async def initialize(conn: acp.ClientSideConnection, title: str):
+async def initialize(conn: acp.ClientSideConnection, title: str, fs: bool = True):
     """The initialize request every session kind sends: the fs and terminal capabilities of these clients, our
-    identity."""
+    identity. `fs=False`: no fs/* (the agent reads and writes its files itself, inside its sandbox)."""
     return await conn.initialize(
         protocol_version=acp.PROTOCOL_VERSION,
         client_capabilities=ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
+            fs=FileSystemCapabilities(read_text_file=fs, write_text_file=fs), terminal=True
         ),
         client_info=Implementation(name="agensh-ray", title=title, version="0.1.0"),
     )

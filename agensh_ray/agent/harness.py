@@ -18,7 +18,9 @@ installs them from npm.
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
+import re
 import os
 import shlex
 import shutil
@@ -42,6 +44,10 @@ BASE_ENV = (
     "PATH", "LANG", "LC_ALL", "TERM", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )
+GEMINI_REDACTS = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL|CREDS|PRIVATE|CERT", re.I)
+"""The names Gemini CLI 0.61's shell redacts (its NEVER_ALLOWED_NAME_PATTERNS), unless its allow-list names them."""
+
+
 @dataclass(frozen=True)
 class Harness:
     name: str
@@ -87,6 +93,18 @@ class Harness:
     """Config overrides always given (key, TOML value): codex's credentials stay out of HOME and its shells."""
     home_files: tuple[tuple[str, str], ...] = ()
     """Files written into the worker's HOME before the CLI starts (path under HOME, text): its own settings."""
+    acp_fs: bool = True
+    """The worker offers ACP fs/* (reads and writes through the worker, with its checks). Off for Gemini CLI 0.61:
+    it takes the worker's "not found" (a JSON-RPC error, not a JavaScript Error) for a failure, so through fs/* it
+    could not create a file; it then uses its own file access, confined by the sandbox, its edits still asking
+    the permission policy."""
+    redaction_settings: str = ""
+    """Gemini CLI's settings file (path under HOME): its shell redacts every variable whose name looks like a
+    credential to it (KEY, TOKEN, AUTH, CERT, ... anywhere in the name: GIT_AUTHOR_NAME too) unless its
+    allow-list names it; written with redaction on and the agent's variables that are no credential to us
+    (SECRET_NAME) allowed, so the toolchain's settings (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, ...) reach its
+    commands. Gemini CLI 0.61 drops from that list the names its patterns match (GIT_AUTHOR_* included): git's
+    identity also goes in GIT_CONFIG_* variables (user.name, user.email), which it always passes on."""
     mcp_headers: bool = False
     """The MCP server is given with the worker's token in an HTTP header, not in its URL (the CLI keeps the URL in
     its logs, and sends the headers ACP gives it)."""
@@ -178,6 +196,20 @@ class Harness:
                 os.close(sealed.open_dir(config.name, create=True))
             env[self.config_dir_var] = str(config)
         env.update(extra)
+        if self.redaction_settings:
+            # Its shell drops GIT_AUTHOR_* (AUTH in the name) whatever the allow-list says (Gemini CLI 0.61 filters
+            # the allow-list by the same patterns); it keeps every GIT_CONFIG_* variable: the identity goes there too.
+            n = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
+            for key, var in (("user.name", "GIT_AUTHOR_NAME"), ("user.email", "GIT_AUTHOR_EMAIL")):
+                if env.get(var):
+                    env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, env[var]
+                    n += 1
+            if n:
+                env["GIT_CONFIG_COUNT"] = str(n)
+            allowed = sorted(k for k in env if GEMINI_REDACTS.search(k) and not SECRET_NAME.search(k))
+            text = json.dumps({"security": {"environmentVariableRedaction": {"enabled": True, "allowed": allowed}}})
+            with Confined(home) as sealed:
+                sealed.write_text(self.redaction_settings, text + "\n")
         return env
 
     def prepare(self, env: dict[str, str], acp_start: Callable[[list[str], dict[str, str]], None] | None = None) -> None:
@@ -363,7 +395,8 @@ HARNESSES: dict[str, Harness] = {
         model_vars=("GEMINI_MODEL",),
         default_model="gemini-2.5-pro",
         # Its shell passes every variable on unless told to redact credentials (names with KEY, TOKEN, ...).
-        home_files=((".gemini/settings.json", '{"security": {"environmentVariableRedaction": {"enabled": true}}}\n'),),
+        redaction_settings=".gemini/settings.json",
+        acp_fs=False,  # its write_file cannot create a file through fs/* (see Harness.acp_fs)
         notes="needs --skip-trust or it silently disables MCP servers; --acp (0.61; older: --experimental-acp)",
     ),
 }

@@ -147,12 +147,13 @@ class MuxSession(AcpSession):
         self.shared.client.clients[self.session_id] = self.client
         return self.session_id
 
-    async def prompt(self, text: str) -> tuple[str, str]:
+    async def prompt(self, text: str, deadline_s: float | None = None,
+                     stopped_s: float | None = None) -> tuple[str, str]:
         """One turn, as `AcpSession.prompt`; AgentDied if the shared process was restarted (by another session
         that saw it die) since this session opened: the new process does not know this session."""
         if self.generation != self.shared.generation:
             raise AgentDied(f"the shared {self.harness.name} agent died and was restarted since this session opened")
-        return await super().prompt(text)
+        return await super().prompt(text, deadline_s, stopped_s)
 
     async def restart(self) -> bool:
         """The shared process died: the first session to notice restarts it; each opens a new session."""

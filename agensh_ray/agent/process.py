@@ -167,6 +167,19 @@ class AgentProcess:
         except psutil.Error:
             return None
 
+    def stopped(self) -> bool:
+        """Whether the agent (its CLI's own process, or the top of its sandbox) is stopped: SIGSTOP, SIGTSTP or a
+        debugger. A stopped agent answers nothing, however long its turn is given."""
+        if not self.alive:
+            return False
+        for pid in {self.proc.pid, self.agent_pid()} - {None}:
+            try:
+                if psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                    return True
+            except psutil.Error:
+                continue
+        return False
+
     def kill_commands(self) -> int:
         """Kill every process the agent started (its shells, builds, tests), not the agent: how many."""
         pid = self.agent_pid()

@@ -15,8 +15,11 @@ implement it and share everything but how the agent process is reached:
 What they share lives in `AcpSession`: the workdir-confined client and its
 permission policy, the sandbox's view of the endpoints (the MCP URL and the
 environment as the agent reaches them from inside), a turn raced against the
-death of the process (AgentDied when it dies, TurnFailed when the agent
-answers the turn with an error), the usage of a turn, and redaction:
+death of the process and its deadline (AgentDied when it dies, TurnFailed when
+the agent answers the turn with an error, TurnDeadline when the deadline passes:
+the agent's process group is killed first, since an agent that stopped
+answering ACP, a SIGSTOP included, would otherwise hold its worker until the
+end of the run), the usage of a turn, and redaction:
 credentials never reach a log or an error message.
 
 Usage comes two ways: `usage_update` (context size, cumulative cost) during
@@ -30,7 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -41,12 +46,12 @@ from acp.schema import HttpHeader, HttpMcpServer
 from agensh_ray.agent.client import SessionObserver, TurnUsage, WorkdirClient, initialize
 from agensh_ray.agent.harness import Harness
 from agensh_ray.agent.policy import PermissionPolicy
-from agensh_ray.agent.process import AgentProcess
+from agensh_ray.agent.process import AgentProcess, kill_group
 from agensh_ray.agent.limits import ProcessLimits
 from agensh_ray.agent.sandbox import SandboxPolicy
 from agensh_ray.agent.warmup import start_once
 from agensh_ray.confined import Confined
-from agensh_ray.errors import AgentDied, AgentNeedsCredentials, TurnFailed
+from agensh_ray.errors import AgentDied, AgentNeedsCredentials, TurnDeadline, TurnFailed
 from agensh_ray.models import GatewayEndpoint
 
 log = logging.getLogger(__name__)
@@ -54,6 +59,8 @@ log = logging.getLogger(__name__)
 AUTH_REQUIRED = -32000
 """ACP's error code for `auth_required`."""
 CONNECTION_ERRORS = (ConnectionError, BrokenPipeError, asyncio.IncompleteReadError)
+STOPPED_CHECK_S = 2.0
+"""How often a turn looks whether its agent process is stopped (`prompt(stopped_s=...)`)."""
 
 
 def forge_tokens(workdir: Path) -> list[str]:
@@ -66,6 +73,19 @@ def forge_tokens(workdir: Path) -> list[str]:
         return []
     return re.findall(r"://[^/:@\s]+:([^@\s]+)@", config)
 
+
+def reported_tokens(resp) -> tuple[int, int] | None:
+    """(input, output) tokens a PromptResponse reports: ACP's `usage`, else Gemini CLI's
+    `_meta.quota.token_count` (the turn's totals over its model calls); None when it reports neither."""
+    if resp.usage is not None:
+        return resp.usage.input_tokens, resp.usage.output_tokens
+    quota = (resp.field_meta or {}).get("quota")
+    count = quota.get("token_count") if isinstance(quota, dict) else None
+    if isinstance(count, dict):
+        i, o = count.get("input_tokens"), count.get("output_tokens")
+        if isinstance(i, int) and isinstance(o, int) and not isinstance(i, bool) and not isinstance(o, bool):
+            return i, o
+    return None
 
 class AcpSession:
     """What both session kinds share; subclasses say how the connection and the process are reached."""
@@ -131,9 +151,12 @@ class AcpSession:
     def _stderr_tail(self, n: int = 500) -> str:
         return self.process.stderr_tail(n).strip() if self.process else ""
 
-    async def prompt(self, text: str) -> tuple[str, str]:
+    async def prompt(self, text: str, deadline_s: float | None = None,
+                     stopped_s: float | None = None) -> tuple[str, str]:
         """One turn. Returns (stop_reason, the agent's text). Raises AgentDied if the process dies or its
-        connection breaks, TurnFailed if the agent answers the turn with an error."""
+        connection breaks, TurnFailed if the agent answers the turn with an error, TurnDeadline (after killing
+        the agent's process group) if the turn is still running `deadline_s` wall seconds after it began, or
+        if its process has been stopped (SIGSTOP) for `stopped_s` wall seconds (looked at every few seconds)."""
         conn, process = self.conn, self.process
         assert conn is not None and self.session_id is not None, "start() first"
         assert process is not None and process.proc is not None
@@ -142,7 +165,7 @@ class AcpSession:
         turn = asyncio.create_task(conn.prompt(session_id=self.session_id, prompt=[acp.text_block(text)]))
         died = asyncio.create_task(process.proc.wait())
         try:
-            done, _ = await asyncio.wait({turn, died}, return_when=asyncio.FIRST_COMPLETED)
+            done = await self._wait_turn(turn, died, process, deadline_s, stopped_s)
             if turn in done:
                 try:
                     resp = turn.result()
@@ -174,11 +197,54 @@ class AcpSession:
                     t.cancel()
             self.client.flush_open_tool_calls()
 
+    async def _wait_turn(self, turn: asyncio.Task, died: asyncio.Task, process: AgentProcess,
+                         deadline_s: float | None, stopped_s: float | None) -> set:
+        """The turn's end or the process's death (the tasks done); past the deadline, or stopped for `stopped_s`,
+        the agent is killed and TurnDeadline raised."""
+        t0 = time.monotonic()
+        stopped_since: float | None = None
+        while True:
+            left = None if deadline_s is None else t0 + deadline_s - time.monotonic()
+            if left is not None and left <= 0:
+                why = self.kill_agent()
+                raise TurnDeadline(f"turn deadline passed: no end of turn from {self.harness.name} after "
+                                   f"{deadline_s:.0f} s; {why}")
+            step = left if stopped_s is None else min(STOPPED_CHECK_S, left if left is not None else STOPPED_CHECK_S)
+            done, _ = await asyncio.wait({turn, died}, timeout=step, return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                return done
+            if stopped_s is None:
+                continue
+            if not await asyncio.to_thread(process.stopped):
+                stopped_since = None
+                continue
+            now = time.monotonic()
+            stopped_since = stopped_since or now
+            if now - stopped_since >= stopped_s:
+                why = self.kill_agent()
+                raise TurnDeadline(f"{self.harness.name} stopped (SIGSTOP or a debugger) for {now - stopped_since:.0f} "
+                                   f"s mid-turn, answering nothing; {why}")
+
+    def kill_agent(self) -> str:
+        """SIGKILL the agent's process group, and the agent CLI's own process in its sandbox (bwrap may give it a
+        session of its own), stopped or not; what was killed. `restart()` cleans up after it as after a crash."""
+        process = self.process
+        if process is None or process.proc is None or not process.alive:
+            return "its process had already exited"
+        inner = process.agent_pid()
+        kill_group(process.proc, signal.SIGKILL)
+        if inner is not None and inner != process.proc.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(inner, signal.SIGKILL)
+        return f"its process group {process.proc.pid} killed" + (
+            f" (and the agent's own process {inner})" if inner is not None and inner != process.proc.pid else "")
+
     def _turn_done(self, resp) -> tuple[str, str]:
         """Report the turn's usage and text to the observer; return (stop_reason, text)."""
         usage = self.client.usage
-        if resp.usage is not None:
-            tokens = (resp.usage.input_tokens, resp.usage.output_tokens)
+        reported = reported_tokens(resp)
+        if reported is not None:
+            tokens = reported
             if self.harness.cumulative_usage:
                 # Session totals: the turn is the difference (a total that went down means the agent restarted
                 # its count, e.g. a new process after a crash).
@@ -188,7 +254,7 @@ class AcpSession:
                     tokens = (tokens[0] - prev[0], tokens[1] - prev[1])
             usage.input_tokens, usage.output_tokens = tokens
         usage.cost_usd = max(0.0, self.client.cost_total - self._cost_before)
-        if resp.usage is not None or usage.cost_usd:
+        if reported is not None or usage.cost_usd:
             self.observer.on_usage(usage.input_tokens, usage.output_tokens, usage.cost_usd)
         reply = self.client.take_text()
         if reply:
@@ -277,7 +343,8 @@ class ProcessSession(AcpSession):
         self._conn = acp.connect_to_agent(self.client, proc.stdin, proc.stdout)
         died = asyncio.create_task(proc.wait())
         try:
-            init = await self._or_died(initialize(self._conn, "agensh-ray worker"), died, timeout_s, "initialize")
+            hello = initialize(self._conn, "agensh-ray worker", self.harness.acp_fs)
+            init = await self._or_died(hello, died, timeout_s, "initialize")
             caps = init.agent_capabilities
             self.can_load = bool(caps and caps.load_session)
             mcp = caps.mcp_capabilities if caps else None

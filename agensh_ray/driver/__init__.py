@@ -19,6 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from agensh_ray.actors.supervise import Watch, call
 from agensh_ray.board import BoardLimits
 from agensh_ray.config import RunConfig, worker_ids
+from agensh_ray.driver.clock import Clock
 from agensh_ray.driver.ending import SCORE_WITHIN_S, STOP_WITHIN_S, Ending
 from agensh_ray.driver.health import Health
 from agensh_ray.driver.resume import Resume
@@ -26,7 +27,7 @@ from agensh_ray.driver.shipping import Shipping
 from agensh_ray.driver.slots import Slots
 from agensh_ray.driver.summary import Summary
 from agensh_ray.driver.waiting import Waiting
-from agensh_ray.errors import ForcedStop
+from agensh_ray.errors import ForcedStop, HarnessError
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.placement import (check_capacity, check_services_resource, host_options, launch_offsets,
                                   services_resources)
@@ -42,7 +43,7 @@ log = logging.getLogger("agensh.run")
 SHIP_EXCLUDES = [".git", ".venv", "runs", "node_modules", ".ci/node", "**/__pycache__", "*.egg-info"]
 
 
-class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
+class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting, Clock):
     def __init__(self, cfg: RunConfig, task: Task, out=sys.stdout, verbose: bool = False):
         self.cfg = cfg
         self.verbose = verbose
@@ -57,8 +58,9 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
         self._prs_open = self._prs_merged = 0
         self._owns_ray = False
         self.gateways = None
-        self.watch = Watch()
-        """The pids of the run's actors: deaths and restarts, as lifecycle rows and on the progress line."""
+        self.watch = Watch(cfg.liveness.heartbeat_s, cfg.liveness.hung_kill_s)
+        """The run's actors' heartbeats: deaths, hangs (killed past the bound) and restarts, as lifecycle rows and
+        on the progress line."""
         self._launched: set[str] = set()
         self._host_status: dict[str, dict] = {}
         """Each host's last answer (a host that is away counts with it)."""
@@ -133,9 +135,9 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
                                        every_s=self.cfg.score_every_s)
         if self.prior is not None:
             self._resume_checkpoints()
-        self.watch.add("board", lambda: self.board.actor.where.remote())
-        self.watch.add("chat", lambda: self.chat.where.remote())
-        self.watch.add("forge", lambda: self.forge.where.remote())
+        self.watch.add("board", lambda: self.board.actor.heartbeat.remote(), handle=self.board.actor)
+        self.watch.add("chat", lambda: self.chat.heartbeat.remote(), handle=self.chat)
+        self.watch.add("forge", lambda: self.forge.heartbeat.remote(), handle=self.forge)
 
     def _start_hosts(self) -> bool:
         """The WorkerActors (in the run's reserved slots) and the routers; False if interrupted while waiting
@@ -174,7 +176,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
             heads = self._heads()
             ray.get([h.seed_cursors.remote(heads) for h, _ in self.hosts.values()])
         for (hid, (h, _)), where in zip(self.hosts.items(), ray.get([h.where.remote() for h, _ in self.hosts.values()])):
-            self.watch.add(f"host {hid}", lambda h=h: h.where.remote(), where)
+            self.watch.add(f"host {hid}", lambda h=h: h.heartbeat.remote(), where, handle=h)
         # The baseline has no routers: nothing to route to a lone agent (its host queues its own prompts).
         n = 0 if self.cfg.baseline else max(1, min(self.cfg.routing.routers, len(self.hosts)))
         slices: list[dict] = [{} for _ in range(n)]
@@ -191,7 +193,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
         self._doing(f"starting {len(self.routers)} RouterActors")
         ray.get([r.ensure_started.remote() for r in self.routers])
         for i, (r, where) in enumerate(zip(self.routers, ray.get([r.where.remote() for r in self.routers]))):
-            self.watch.add(f"router r{i}", lambda r=r: r.where.remote(), where)
+            self.watch.add(f"router r{i}", lambda r=r: r.heartbeat.remote(), where, handle=r)
         self.host_of = {w: h for h, (_, ws) in self.hosts.items() for w in ws}
         # The schedule (launch offsets, wind-down, deadline) starts now that the hosts and routers are
         # up: their start-up on a loaded machine (each a new process; tens of seconds at load 15) must
@@ -224,7 +226,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
 
     def forge_url(self) -> str:
         """main's clone URL for the checkpoints (the admin's)."""
-        return call("forge", lambda: self.forge.clone_url.remote("admin"))
+        return call("forge", lambda: self.forge.clone_url.remote("admin"), deadline_s=self.cfg.liveness.hung_kill_s)
 
     @property
     def last_score(self) -> float | None:
@@ -256,7 +258,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
                     r.ensure_started.remote()
                 self._supervise()
                 st = self._status()
-                self.say(self._progress(st))
+                self.say(self._progress(st) + self._clock_tick(st))  # driver/clock.py: machine-bound?
                 self._turn_errors = st.get("turn_errors", 0)
                 self._last_status = st
                 next_progress = now + 5.0
@@ -278,8 +280,10 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
                     # open, and a quiet period (idle-nudge cycles, observed turn lengths) with no new work.
                     worked = bool(self._board_total or self._prs_open or self._prs_merged
                                   or (self.last_score or 0) > 0)
-                    activity = (self._board_total, self._forge_events, self._open_prs)
-                    if done.check(now, st, activity, self._open_prs, worked):
+                    activity = (self._board_total, self._forge_events, self._open_prs, self.watch.restarts)
+                    if self.watch.away():  # a part is dead, hung or restarting: its workers' work does not show yet
+                        done.quiet_since = None
+                    elif done.check(now, st, activity, self._open_prs, worked):
                         self.say(f"{done.quiet_s:.0f} s passed with no new work after every worker finished a "
                                  "turn: the organization is done")
                         return "done"
@@ -324,6 +328,11 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
         on, why = gateway_decision(self.cfg.harness, self.cfg.gateway.enabled)
         self.cfg = self.cfg.model_copy(update={"gateway": self.cfg.gateway.model_copy(update={"enabled": on})})
         self.say(f"model gateway: {why}")
+        if on:
+            from agensh_ray.services.gateway import unpriced_budget
+
+            if problem := unpriced_budget(self.cfg):
+                raise HarnessError(problem)
         if self.cfg.sandbox.enabled:
             from agensh_ray import bubblewrap
 
@@ -390,6 +399,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting):
             self._teardown()
             raise
         self._teardown()
+        self._count_from_trace(summary)  # every trace writer closed now
         if self.interrupts.requested:
             summary["signal"] = self.interrupts.name
         self._ship_final(summary)

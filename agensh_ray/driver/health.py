@@ -28,6 +28,28 @@ def reported_cost(st: dict) -> float | None:
     return None if cost == 0 and st.get("reported_tokens") else cost  # tokens but no price (Copilot CLI)
 
 
+def gateway_cost_text(g: dict) -> str:
+    """The gateway's dollars as the progress line shows them: "$X" when every answered call was priced, "cost
+    unknown" when none was, "$X + unknown (N calls unpriced)" in between (a model with no price, or a provider
+    that reported no usage: those calls cost something we cannot tell)."""
+    unknown = int(g.get("cost_unknown", 0))
+    usd = float(g.get("usd", 0.0))
+    if not unknown:
+        return f"${usd:.2f}"
+    if usd == 0:
+        return f"cost unknown ({unknown} calls unpriced)"
+    return f"${usd:.2f} + unknown ({unknown} calls unpriced)"
+
+
+def gateway_cost_summary(g: dict) -> dict:
+    """summary.json's cost fields from the gateway's counters: `model_cost_usd` is null unless every answered call
+    was priced; `model_cost_usd_known` is the part that was, `model_calls_cost_unknown` how many were not."""
+    unknown = int(g.get("cost_unknown", 0))
+    usd = round(float(g.get("usd", 0.0)), 6)
+    return {"model_cost_usd": None if unknown else usd, "model_cost_usd_known": usd,
+            "model_calls_cost_unknown": unknown}
+
+
 def score_text(last) -> str:
     """The progress line's score: the last checkpoint's official score; when main ships files that change the
     test runner and its strict score differs (or is unknown), that too, and which files."""
@@ -109,12 +131,15 @@ class Health:
         """Record the actors that died or came back since the last tick."""
         for ch in self.watch.poll(wait_s=1.0):
             self._lifecycle(ch.actor, ch.event, ch.pid, ch.detail, ch.node)
-            if ch.event in ("died", "restarted", "lost"):
+            if ch.event in ("died", "hung", "killed", "kill_failed", "restarted", "lost"):
                 self.say(f"{ch.actor} {ch.event}" + (f" (pid {ch.pid})" if ch.pid else "") + f": {ch.detail}")
 
     def _progress(self, st: dict) -> str:
         """One progress line; reads the board and forge incrementally by cursor."""
+        hung = self.watch.hung()  # not asked while hung: counted once it answers again (or is back)
         try:
+            if "board" in hung:
+                raise ActorAway("the board is hung")
             board = call("board", lambda: self.board.actor.since_rows.remote(self._board_cursor, 100_000), 10, 5)
         except ActorAway:
             board = []  # away: counted at the next tick
@@ -122,6 +147,8 @@ class Health:
             self._types[e.type] += 1
             self._board_cursor = e.seq
         try:
+            if "forge" in hung:
+                raise ActorAway("the forge is hung")
             forge = call("forge", lambda: self.forge.events_since.remote(self._forge_cursor, 100_000), 10, 5)
         except ActorAway:
             forge = []
@@ -135,7 +162,7 @@ class Health:
         board = ", ".join(f"{t} {n}" for t, n in sorted(self._types.items()))
         away = self.watch.away()
         actors = (f" | {self.watch.restarts} actors restarted" if self.watch.restarts else "") + (
-            f" | away: {', '.join(away)}{self._queued(away)}" if away else "")
+            f" | away: {', '.join(away)}{self._queued(away)}{self._hung_note()}" if away else "")
         score = score_text(getattr(self, "checkpoints", None) and self.checkpoints.last) + (
             self.checkpoints.note() if getattr(self, "checkpoints", None) else "")
         self._open_prs = self._prs_open
@@ -145,7 +172,7 @@ class Health:
         if self.gateways is not None:
             g = self.gateways.status()
             model = (f" | model {g.get('calls', 0)} calls, {g.get('retries', 0)} retried, "
-                     f"{g.get('gave_up', 0) + g.get('cut', 0) + g.get('error', 0)} failed, ${g.get('usd', 0):.2f}")
+                     f"{g.get('gave_up', 0) + g.get('cut', 0) + g.get('error', 0)} failed, {gateway_cost_text(g)}")
         elif self.cfg.harness != "sim" and st.get("turns_finished"):
             cost = reported_cost(st)
             model = " | cost " + ("unknown (the agents report no cost)" if cost is None else f"${cost:.2f}")
@@ -159,6 +186,11 @@ class Health:
             + f" | board {self._board_total} ({board or 'empty'}) | "
             f"PRs {self._prs_merged} merged, {self._prs_open} open | score {score}{model}{actors}"
         )
+
+    def _hung_note(self) -> str:
+        """" (hung: forge 12s, ...)": the away actors that are alive but silent, and for how long."""
+        hung = self.watch.hung()
+        return f" (hung: {', '.join(f'{n} {s:.0f}s' for n, s in sorted(hung.items()))})" if hung else ""
 
     def _queued(self, away: list[str]) -> str:
         """What the progress line adds when hosts are away for want of room (their node lost, the rest full)."""
@@ -186,4 +218,4 @@ class Health:
                     "turns_without_usage": st.get("turns_finished", 0) - st.get("usage_turns", 0)}
         g = self.gateways.status()
         return {"model_calls": g.get("calls", 0), "model_retries": g.get("retries", 0),
-                "model_tokens": g.get("tokens", 0), "model_cost_usd": round(g.get("usd", 0.0), 6)}
+                "model_tokens": g.get("tokens", 0), **gateway_cost_summary(g)}

@@ -6,10 +6,42 @@ Expects `Run`'s attributes (forge, board, chat, checkpoints, watch, ...).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
 
 from agensh_ray.actors.supervise import call
+from agensh_ray.driver.clock import clock_lines
+from agensh_ray.trace import MODEL_ERROR
+
+log = logging.getLogger("agensh.run")
+
+
+def trace_counts(run_dir: Path) -> dict | None:
+    """The workers' turn errors, model errors (turn errors on a failing model) and crashes as the trace's
+    `lifecycle` table holds them (read once every writer has closed), or None when this machine has none of it."""
+    files = sorted((Path(run_dir) / "trace" / "lifecycle").glob("*.parquet"))
+    if not files:
+        return None
+    n = Counter()
+    for f in files:
+        try:
+            t = pq.read_table(f, columns=["worker_id", "event", "detail"]).to_pydict()
+        except Exception as exc:  # a file cut by a crash: say so, count the rest
+            log.warning("reading %s: %s", f, exc)
+            continue
+        for wid, event, detail in zip(t["worker_id"], t["event"], t["detail"]):
+            if wid is None:
+                continue
+            if event == "turn_error":
+                n["turn_errors"] += 1
+                n["model_errors"] += (detail or "").startswith(MODEL_ERROR)
+            elif event == "crashed":
+                n["crashes"] += 1
+    return {"turn_errors": n["turn_errors"], "model_errors": n["model_errors"], "crashes": n["crashes"]}
 
 
 def strict_lines(s: dict) -> list[str]:
@@ -23,6 +55,16 @@ def strict_lines(s: dict) -> list[str]:
               f"{s['strict_score']:.1%} of hidden tests ({s.get('strict_tests_passed')}/{s['tests_total']})")
     return [f"  strict score   {strict} without the files main ships that change the test runner ({shown}); "
             "the score above counts what they made the tests report"]
+
+
+def gateway_cost_line(s: dict) -> str:
+    """The summary's dollars of the gateway's calls: unknown where a call had no price, never $0 for it."""
+    unknown = s.get("model_calls_cost_unknown", 0)
+    if not unknown:
+        return f"${s['model_cost_usd']:.4f}"
+    known = s.get("model_cost_usd_known") or 0.0
+    what = f"{unknown} calls unpriced: a model with no price (--prices) or no usage reported"
+    return (f"cost unknown ({what})" if known == 0 else f"${known:.4f} + unknown ({what})")
 
 
 class Summary:
@@ -51,8 +93,10 @@ class Summary:
             "board_entries": dict(Counter(e.type for e in entries)),
             "dms": sum(m.to is not None for m in msgs),
             "channel_posts": sum(m.to is None for m in msgs),
+            # the last poll's; once the trace is written, _count_from_trace replaces them with the trace's
             "turn_errors": getattr(self, "_turn_errors", 0),
             "model_errors": getattr(self, "_last_status", {}).get("model_errors", 0),
+            "crashes": getattr(self, "_last_status", {}).get("crashed", 0),
             "writes_waited": getattr(self, "_last_status", {}).get("writes_waited", 0),
             "writes_refused": getattr(self, "_last_status", {}).get("writes_refused", 0),
             "model": self.cfg.model,
@@ -75,7 +119,16 @@ class Summary:
             "checkpoints_failed": self.checkpoints.failed,
             "checkpoint_failure": self.checkpoints.last_failure,
             "run_dir": str(self.run_dir),
+            "clock": self._clock_summary(),  # driver/clock.py: how far the agents lagged; machine-bound?
         }
+
+    def _count_from_trace(self, s: dict) -> None:
+        """Put the trace's counts of turn errors, model errors and crashes in the summary (every writer closed:
+        the errors of the last seconds and those written while stopping are in), where this machine has it."""
+        counts = trace_counts(self.run_dir)
+        if counts is not None:
+            s.update(counts)
+        s["error_counts_from"] = "trace" if counts is not None else "last progress poll"
 
     def _print_summary(self, s: dict) -> None:
         (self.run_dir / "summary.json").write_text(json.dumps(s, indent=2))
@@ -88,7 +141,7 @@ class Summary:
             f"  board          {sum(s['board_entries'].values())} entries ({board})",
             f"  messages       {s['dms']} DMs, {s['channel_posts']} channel posts",
             *([f"  model calls    {s['model_calls']} through the gateway ({s['model_retries']} retried), "
-               f"{s['model_tokens']:,} tokens, ${s['model_cost_usd']:.4f}"] if "model_calls" in s else []),
+               f"{s['model_tokens']:,} tokens, {gateway_cost_line(s)}"] if "model_calls" in s else []),
             *([f"  model cost     unknown: {s['turns_without_usage']} turns reported no usage, "
                f"{s['model_tokens_reported']:,} tokens reported, no price (the gateway counts and prices every call: "
                "docs/real-agents.md)" if s["model_cost_usd"] is None else
@@ -96,12 +149,14 @@ class Summary:
                f"{s['model_tokens_reported']:,} tokens"] if "turns_without_usage" in s else []),
             *([f"  model          {s['model']}: {s['model_errors']} turns ended on a failing model, "
                f"{s['turn_errors']} turn errors in all"] if s.get("model") or s.get("model_errors") else []),
+            *([f"  agents         {s['crashes']} crashes (the lifecycle table says why)"] if s.get("crashes") else []),
             f"  score          {s['score']:.1%} of hidden tests ({s['tests_passed']}/{s['tests_total']}), ProgramBench's "
             f"score; {s.get('checkpoints', 0)} checkpoints in checkpoints/",
             *strict_lines(s),
             *([f"  checkpoints    {s['checkpoints_missed']} missed, {s['checkpoints_failed']} failed (the lifecycle "
                f"table says why){'; last failure: ' + s['checkpoint_failure'] if s['checkpoint_failure'] else ''}"]
               if s.get("checkpoints_missed") or s.get("checkpoints_failed") else []),
+            *clock_lines(s),
             f"  run folder     {s['run_dir']}",
             *([f"  object store   {st['pending']} files not shipped ({st['error']}): they are in {s['staging_dir']}"
                if st["pending"] else f"  object store   everything shipped ({st['outages']} outages, {st['outage_s']} s "

@@ -12,6 +12,13 @@
       relevant: {routing.policy: relevant}
       no-board: {board_tools: false}
     ablation_workers: [8]          # the worker counts the ablations run at (default: the largest)
+    by_workers:                    # worker count -> overrides of RunConfig fields for its cells (after base,
+      64: {time_scale: 4, workers_per_actor: 8}   # before an ablation's): a slower clock, packed hosts
+
+A task may be a generated one, given by the generator's parameters (agensh_ray/task/generate.py):
+`generate:features=4N,depth=4,registries=0.25N` ("kN": k times the cell's worker count, rounded up, at least 1;
+the seed is the cell's unless `seed=` is given). Each distinct task is written once into EXP/tasks/ (deterministic
+from its parameters; `prepare` writes it, or keeps the folder when it already holds these parameters).
 
 The plan sets `task`, `workers`, `seed`, `baseline`, `run_dir`, `run_id` and `overwrite` of each cell itself; `base`
 and the ablations may not. Every cell's RunConfig is built and validated when the plan is loaded, so a typo in a
@@ -20,7 +27,13 @@ field name fails before anything runs.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import math
 import re
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +41,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agensh_ray.config import RunConfig
+from agensh_ray.task.generate import Params
 
 BASE = "base"
 """The ablation name of the cells that run `base` unchanged."""
@@ -36,6 +50,73 @@ PLAN_SETS = frozenset({"task", "workers", "seed", "baseline", "run_dir", "run_id
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,40}")
 SIM_TIME_SCALE = 120.0
 """A sim cell's time scale unless the plan sets one (as `python -m agensh_ray.run` does)."""
+GENERATE = "generate:"
+"""A task given by the generator's parameters: `generate:features=4N,depth=4,...` (see GenSpec)."""
+GEN_KEYS = {"features": "F", "depth": "L", "width": "W", "registries": "R", "helpers": "H", "helper_share": "P",
+            "extra_deps": "E", "size_alpha": "A", "size_min": "M", "size_max": "X", "branches": "B", "seed": "S"}
+"""The generator's parameters (agensh_ray/task/generate.py Params) and their letters in docs/tasks.md."""
+INT_KEYS = frozenset({"features", "depth", "width", "registries", "helpers", "size_min", "size_max", "branches", "seed"})
+PER_WORKER_RE = re.compile(r"(\d+(?:\.\d+)?)?N")
+
+
+class GenSpec:
+    """A generated task as a plan names it: `generate:features=4N,depth=4,registries=16`.
+
+    Each value is a number, or for an integer parameter `kN` (k times the cell's worker count, rounded up, at least
+    1; `N` alone is 1N). `features` is required; the other parameters default as in `python -m agensh_ray.tasks
+    generate`, and `seed` to the cell's seed. `params(workers, seed)` gives the generator's Params of a cell."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        body = spec[len(GENERATE):]
+        self.values: dict[str, str] = {}
+        for part in filter(None, (x.strip() for x in body.split(","))):
+            key, eq, value = part.partition("=")
+            key, value = key.strip(), value.strip()
+            if not eq or not value:
+                raise ValueError(f"{spec}: {part!r} is not key=value")
+            if key not in GEN_KEYS:
+                raise ValueError(f"{spec}: unknown generator parameter {key!r} (one of {', '.join(GEN_KEYS)})")
+            if key in self.values:
+                raise ValueError(f"{spec}: {key} given twice")
+            per = PER_WORKER_RE.fullmatch(value)
+            if per and key not in INT_KEYS:
+                raise ValueError(f"{spec}: {key}={value}: only an integer parameter may scale with the workers (kN)")
+            if not per:
+                try:
+                    int(value) if key in INT_KEYS else float(value)
+                except ValueError:
+                    raise ValueError(f"{spec}: {key}={value} is not a{'n integer' if key in INT_KEYS else ' number'} "
+                                     "or kN") from None
+            self.values[key] = value
+        if "features" not in self.values:
+            raise ValueError(f"{spec}: features= is required (a number, or kN: k per worker)")
+
+    def params(self, workers: int, seed: int) -> Params:
+        def value(key: str, text: str) -> int | float:
+            per = PER_WORKER_RE.fullmatch(text)
+            if per:
+                return max(1, math.ceil(float(per.group(1) or 1) * workers))
+            return int(text) if key in INT_KEYS else float(text)
+
+        kw = {k: value(k, v) for k, v in self.values.items()}
+        kw.setdefault("seed", seed)
+        p = Params(**kw)
+        try:
+            p.check()
+        except ValueError as exc:
+            raise ValueError(f"{self.spec} at {workers} workers: {exc}") from None
+        return p
+
+    def slug(self) -> str:
+        """The task's part of a cell id: the parameters' letters (docs/tasks.md), e.g. gen-F4N-L4-R16."""
+        return "gen-" + "-".join(GEN_KEYS[k] + v.replace(".", "p") for k, v in self.values.items())
+
+
+def task_folder(out: Path, p: Params) -> Path:
+    """Where a generated task is written in the experiment folder: one folder per distinct Params."""
+    blob = json.dumps(dataclasses.asdict(p), sort_keys=True)
+    return Path(out) / "tasks" / f"genkit-F{p.features}-s{p.seed}-{hashlib.sha1(blob.encode()).hexdigest()[:8]}"
 
 
 def nested(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -66,10 +147,13 @@ class Cell(BaseModel):
 
     id: str
     task: str
+    """The task as the plan names it (the config's `task` is the folder of a generated one)."""
     ablation: str
     workers: int
     seed: int
     config: RunConfig
+    generate: dict[str, Any] | None = None
+    """A generated task's generator parameters (Params as a dict; the folder is config.task), else None."""
 
 
 class Plan(BaseModel):
@@ -92,6 +176,9 @@ class Plan(BaseModel):
     """Named overrides of RunConfig fields, each run at `ablation_workers` (dotted keys allowed)."""
     ablation_workers: list[int] | None = None
     """The worker counts the ablations run at (default: the largest of `workers`)."""
+    by_workers: dict[int, dict[str, Any]] = Field(default_factory=dict)
+    """Worker count -> overrides of RunConfig fields for every cell of that count (after `base`, before an
+    ablation's): e.g. a slower time scale and more workers per actor for the large counts (dotted keys allowed)."""
     milestones: list[float] = Field(default_factory=lambda: [0.5, 1.0])
     """Score milestones (fractions of the hidden tests) whose schedule time the summary shows."""
 
@@ -102,7 +189,15 @@ class Plan(BaseModel):
         for label in self.ablations:
             if label == BASE or not NAME_RE.fullmatch(label):
                 raise ValueError(f"ablation name {label!r}: letters, digits, '_' and '-' (not first), not {BASE!r}")
-        for label, overrides in [(BASE, self.base), *self.ablations.items()]:
+        counts = set(self.workers) | set(self.ablation_workers or [])
+        for n in self.by_workers:
+            if n not in counts:
+                raise ValueError(f"by_workers {n}: not one of the plan's worker counts ({sorted(counts)})")
+        for task in self.tasks:
+            if task.startswith(GENERATE):
+                GenSpec(task)
+        by = [(f"by_workers {n}", o) for n, o in self.by_workers.items()]
+        for label, overrides in [(BASE, self.base), *self.ablations.items(), *by]:
             clash = PLAN_SETS & set(nested(overrides))
             if clash:
                 raise ValueError(f"{label}: the plan sets {', '.join(sorted(clash))} of every cell itself")
@@ -119,21 +214,63 @@ class Plan(BaseModel):
         grid = [(BASE, {}, self.workers)] + [(n, o, ab_workers) for n, o in self.ablations.items()]
         cells = []
         for task in self.tasks:
+            gen = GenSpec(task) if task.startswith(GENERATE) else None
             for ablation, overrides, counts in grid:
                 for w in counts:
                     for seed in self.seeds:
-                        cid = f"{task_slug(task)}.{ablation}.w{w:03d}.s{seed}"
-                        fields = merge(nested(self.base), nested(overrides))
+                        cid = f"{gen.slug() if gen else task_slug(task)}.{ablation}.w{w:03d}.s{seed}"
+                        fields = merge(merge(nested(self.base), nested(self.by_workers.get(w, {}))), nested(overrides))
                         if "time_scale" not in fields and fields.get("harness", "sim") == "sim":
                             fields["time_scale"] = SIM_TIME_SCALE
-                        fields.update(task=task, workers=w, seed=seed, baseline=self.baseline and w == 1,
+                        params = None
+                        if gen:
+                            try:
+                                params = gen.params(w, seed)
+                            except ValueError as exc:
+                                raise ValueError(f"cell {cid}: {exc}") from None
+                        path = str(task_folder(out, params).absolute()) if params else task
+                        fields.update(task=path, workers=w, seed=seed, baseline=self.baseline and w == 1,
                                       run_dir=str((out / "cells").absolute()), run_id=cid, overwrite=True)
                         try:
                             cfg = RunConfig.model_validate(fields)
                         except ValueError as exc:
                             raise ValueError(f"cell {cid}: {exc}") from None
-                        cells.append(Cell(id=cid, task=task, ablation=ablation, workers=w, seed=seed, config=cfg))
+                        cells.append(Cell(id=cid, task=task, ablation=ablation, workers=w, seed=seed, config=cfg,
+                                          generate=dataclasses.asdict(params) if params else None))
         return cells
+
+
+def generate_tasks(cells: list[Cell], say=print) -> None:
+    """Write each cell's generated task folder, once per distinct folder; a folder that already holds the same
+    parameters (its task.yaml's `agensh.generated`) is kept: the generator is deterministic."""
+    from agensh_ray.task.generate import generate
+
+    done: set[str] = set()
+    for c in cells:
+        if c.generate is None or c.config.task in done:
+            continue
+        done.add(c.config.task)
+        folder, p = Path(c.config.task), Params(**c.generate)
+        if _holds(folder, p):
+            continue
+        if folder.exists():  # a folder of the experiment's own that a stopped generation left half written
+            shutil.rmtree(folder)
+        t0 = time.monotonic()
+        g = generate(p, folder)
+        say(f"generated {folder.name}: F={g['features']} L={g['critical_path']} width={g['width']} "
+            f"registries={g['registries']} in {time.monotonic() - t0:.1f} s")
+
+
+def _holds(folder: Path, p: Params) -> bool:
+    """Whether `folder` is a whole generated task of these parameters."""
+    try:
+        meta = (yaml.safe_load((folder / "task.yaml").read_text()) or {}).get("agensh", {}).get("generated", {})
+    except (OSError, yaml.YAMLError):
+        return False
+    want = {"features": p.features, "seed": p.seed, "depth": p.depth, "width": p.width_, "registries": p.registries,
+            "helpers": p.helpers_, "helper_share": p.helper_share, "extra_deps": p.extra_deps,
+            "size_alpha": p.size_alpha, "size_min": p.size_min, "size_max": p.size_max, "branches": p.branches_}
+    return all(meta.get(k) == v for k, v in want.items()) and (folder / "oracle" / "graph.json").is_file()
 
 
 def task_slug(task: str) -> str:

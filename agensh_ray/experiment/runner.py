@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from agensh_ray.experiment.plan import Cell, Plan
+from agensh_ray.experiment.plan import Cell, Plan, generate_tasks
 from agensh_ray.paths import PROJECT_ROOT
 
 
@@ -77,6 +77,7 @@ class Experiment:
         }, indent=2))
         (self.out / "configs").mkdir(exist_ok=True)
         (self.out / "logs").mkdir(exist_ok=True)
+        generate_tasks([c for c in self.cells if not finished(self.out, c.id)], say=self.say)
         for c in self.cells:  # a finished cell keeps the config it ran with
             path = self.out / "configs" / f"{c.id}.json"
             if not (finished(self.out, c.id) and path.exists()):

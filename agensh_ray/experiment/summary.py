@@ -45,7 +45,8 @@ def cell_metrics(run_dir: Path, milestones: list[float]) -> dict:
     finally:
         con.close()
     final = score.get("final_pass_rate")
-    usd = cost.get("cost_usd") if cost.get("cost_basis") not in (None, "none") else None
+    # no cost recorded, or only part of it known (cost.sql: cost_usd null when any call has no price)
+    usd = cost.get("cost_usd") if cost.get("cost_basis") not in (None, "none", "partial") else None
     return {
         "score": final,
         "resolved": final is not None and final >= 1.0 - 1e-9,

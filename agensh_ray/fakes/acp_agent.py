@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -44,9 +45,10 @@ class Step(BaseModel):
     """One action. `do` names it; the other fields are its arguments."""
 
     model_config = ConfigDict(extra="forbid")
-    do: Literal["say", "mcp", "terminal", "shell", "read", "write", "permission", "sleep", "exec"]
+    do: Literal["say", "mcp", "terminal", "shell", "read", "write", "permission", "sleep", "exec", "fail"]
     text: str = ""
-    """say: the text; terminal/shell: the command line (run by /bin/sh); read/write: the path; permission: the title;
+    """fail: the error the turn is answered with (a JSON-RPC error, as a CLI whose model failed);
+    say: the text; terminal/shell: the command line (run by /bin/sh); read/write: the path; permission: the title;
     exec: Python code run in the agent's own process (a hostile agent's own allocations); its `result` is returned."""
     tool: str = ""
     """mcp: the tool's name."""
@@ -57,7 +59,8 @@ class Step(BaseModel):
     kind: str | None = None
     """permission: the tool call's ACP kind (execute, edit, read, ...)."""
     seconds: float = 0.0
-    """sleep: how long."""
+    """sleep: how long; fail: how long to wait first (ended early by an ACP cancel: an agent that fails its turn
+    when it is stopped)."""
     repeat: int = 1
     """mcp: make the call this many times (a flood), `concurrency` of them at once; each is logged as a `call`
     (with its answer's first 200 characters), the step's result counts the answers by their first word."""
@@ -102,6 +105,9 @@ class ScriptedAgent:
         return None
 
     async def cancel(self, session_id, **kwargs):
+        s = self.sessions.get(session_id)
+        if s is not None:
+            s.setdefault("cancelled", asyncio.Event()).set()
         return None
 
     async def prompt(self, prompt, session_id, **kwargs):
@@ -112,8 +118,15 @@ class ScriptedAgent:
         s["turn"] += 1
         steps = turns[n] if n < len(turns) else (turns[-1] if turns and self.script.repeat_last else [])
         self.record(event="prompt", turn=n, text=text)
+        s["cancelled"] = asyncio.Event()
         for i, step in enumerate(steps):
             began = time.perf_counter()
+            if step.do == "fail":  # the turn ends with an error answer
+                if step.seconds:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(s["cancelled"].wait(), step.seconds)
+                self.record(event="step", turn=n, step=i, do="fail", ok=True, result=step.text, at=time.time())
+                raise acp.RequestError(-32603, step.text or "the turn failed")
             try:
                 result = await self.run(session_id, s, step)
                 self.record(event="step", turn=n, step=i, do=step.do, ok=True, result=result,

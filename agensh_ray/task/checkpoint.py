@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -142,6 +143,9 @@ class Checkpoints:
         self.missed = 0
         """Periodic checkpoints that could not start in time (a `checkpoint_missed` lifecycle row each)."""
         self.failed = 0
+        self.life = secrets.token_hex(6)
+        """This driver's own random id, in its `checkpoint_failed` rows' event ids (a resumed driver counts its
+        failures from 1 again: the id must not repeat the previous driver's)."""
         """Checkpoints that raised (a `checkpoint_failed` lifecycle row each); the run went on."""
         self.last_failure: str | None = None
         self.background_nice = background_nice
@@ -299,7 +303,7 @@ class Checkpoints:
                     exc_info=exc)
         try:
             self.trace.write(LifecycleRow(event="checkpoint_failed", detail=self.last_failure, host="checkpoints",
-                                          event_id=f"checkpoint_failed:{self.failed}"))
+                                          event_id=f"checkpoint_failed:{self.life}:{self.failed}"))
             self.trace.flush()
         except Exception:  # the trace itself failing: the log line above has it
             log.exception("recording the failed checkpoint failed")

@@ -10,10 +10,12 @@ The names below are the trace's public face: import them from `agensh_ray.trace`
 
 from agensh_ray.trace.diff import diff_changes
 from agensh_ray.trace.rows import (
+    MODEL_ERROR,
     SCHEMA_VERSION,
     SCHEMAS,
     TABLES,
     BoardRow,
+    ClockRow,
     DeliveryRow,
     ForgeRow,
     IntakeRow,
@@ -33,10 +35,12 @@ from agensh_ray.trace.rows import (
 from agensh_ray.trace.writer import TraceWriter
 
 __all__ = [
+    "MODEL_ERROR",
     "SCHEMAS",
     "SCHEMA_VERSION",
     "TABLES",
     "BoardRow",
+    "ClockRow",
     "DeliveryRow",
     "ForgeRow",
     "IntakeRow",

@@ -19,13 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agensh_ray.models import now_us
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """1: first schema. 2: forge.verdict and the pr_changes table added (older files read with nulls there).
 3: the llm_calls and test_results tables added (older runs have none); scores gains the checkpoint's schedule time, not_run, error_code and eval_json (ProgramBench scoring).
 4: turns.model, the model the agent was told to use (older files read with null there).
 5: lifecycle.node, the Ray node of the actor or host (older files read with null there).
 6: scores gains runner_files, strict_pass_rate, strict_passed and strict_eval_json: what main ships that
-changes the test runner and its score without them (older files read with null there)."""
+changes the test runner and its score without them (older files read with null there).
+7: the clock table added: how far the agents lag behind their schedule, and whether the run is machine-bound
+(older runs have none: an empty view)."""
 
 
 class TraceRow(BaseModel):
@@ -37,6 +39,9 @@ class TraceRow(BaseModel):
     # The columns that identify a row: rows equal there are copies of one event (written twice, by
     # two writers or by a replay of a durable log), and the analysis views keep one of them. A row
     # with an empty event_id has no identity: every such row is kept. (docs/trace.md shows it.)
+    ids: ClassVar[str] = ""
+    # How the table's event_id is made and why it cannot repeat in a run (across gateways, nodes, actor
+    # restarts and resumed drivers); docs/trace.md shows it.
 
     run_id: str = ""
     """The run this row belongs to (filled in by the writer)."""
@@ -53,6 +58,12 @@ class TraceRow(BaseModel):
 class BoardRow(TraceRow):
     """One row per board entry, written by the BoardActor once the entry is durable."""
 
+    ids: ClassVar[str] = (
+        "`board:<seq>`, the entry's sequence number in the board's durable log (board.jsonl). A restarted or "
+        "resumed board replays its log and goes on from its last seq: a seq is never given twice, and a "
+        "replayed entry has the id of its first row."
+    )
+
     seq: int
     """Board sequence number."""
     type: str
@@ -65,6 +76,11 @@ class BoardRow(TraceRow):
 
 class MessageRow(TraceRow):
     """One row per chat message (DM or task-channel post), written by the chat actor."""
+
+    ids: ClassVar[str] = (
+        "`chat:<seq>`, the message's sequence number in the chat's durable log; a restarted or resumed chat "
+        "goes on from its log's last seq, so an id never repeats."
+    )
 
     seq: int
     """Chat sequence number."""
@@ -80,6 +96,11 @@ class MessageRow(TraceRow):
 
 class ForgeRow(TraceRow):
     """One row per forge event, in forge order; `worker_id` is the actor (pusher, reviewer, merger, ...)."""
+
+    ids: ClassVar[str] = (
+        "`forge:<seq>`, the event's sequence number in the forge's durable event log; a restarted or resumed "
+        "forge goes on from its log's last seq, so an id never repeats."
+    )
 
     seq: int
     """Forge event sequence number."""
@@ -102,6 +123,14 @@ class ForgeRow(TraceRow):
 class TurnRow(TraceRow):
     """Two rows per agent turn (phase start and phase end), written by the worker's host."""
 
+    ids: ClassVar[str] = (
+        "`turn:<worker>:<life>:<turn>:<phase>`, where `<life>` is a random 48-bit id drawn when the worker is "
+        "launched (a resumed driver or a restarted host launches it again: turn numbers start at 1 in each "
+        "life, the life id differs, so an id never repeats). Files older than this rule have an empty "
+        "event_id: every row is kept, and the analysis finds a turn's life from the worker's `started` "
+        "lifecycle rows (analysis/idle.sql)."
+    )
+
     turn: int
     """Turn number within the worker's life (1-based)."""
     phase: str
@@ -109,7 +138,8 @@ class TurnRow(TraceRow):
     trigger: str = ""
     """What started the turn: first | events | nudge | share_findings | wind_down | handoff."""
     stop_reason: str | None = None
-    """ACP stop reason on end (end_turn, max_tokens, cancelled, refusal, ...) or error."""
+    """ACP stop reason on end (end_turn, max_tokens, cancelled, refusal, ...), or ours: error, agent_died,
+    turn_deadline (the turn passed its deadline and its agent was killed)."""
     duration_ms: float | None = None
     """Turn length (end rows only)."""
     model: str | None = None
@@ -119,6 +149,11 @@ class TurnRow(TraceRow):
 
 class ToolCallRow(TraceRow):
     """One row per tool call: our infra tools (MCP) and the agent's own tools (as the agent reports them)."""
+
+    ids: ClassVar[str] = (
+        "Empty: every row is kept (no writer writes a tool call twice). `turn` is the turn number within the "
+        "worker's life (turns.event_id tells lives apart)."
+    )
 
     tool: str
     """Tool name (infra tools over MCP) or the agent's own tool title."""
@@ -139,6 +174,10 @@ class ToolCallRow(TraceRow):
 class UsageRow(TraceRow):
     """Token usage as the agent reports it (the sim agent reports none, so sim runs leave this table empty)."""
 
+    ids: ClassVar[str] = (
+        "Empty for agent-reported usage: every row is kept (no writer writes one twice)."
+    )
+
     turn: int
     """The worker's turn it belongs to."""
     input_tokens: int = 0
@@ -151,6 +190,12 @@ class UsageRow(TraceRow):
 
 class DeliveryRow(TraceRow):
     """One row per event delivered to a worker (the worker_id): board entries, DMs, nudges, ..."""
+
+    ids: ClassVar[str] = (
+        "The delivered event's own id (`board:<seq>`, `chat:<seq>`, `forge:<seq>`: unique, see those tables) "
+        "with the worker; a host's own prompt is `<kind>:<worker>:<ts in us>`. A resumed run's routers start "
+        "at the sources' heads, so no event is delivered twice to one worker."
+    )
 
     identity: ClassVar[tuple[str, ...]] = ("event_id", "worker_id")  # one event reaches many workers
 
@@ -170,6 +215,11 @@ class DeliveryRow(TraceRow):
 class ScoreRow(TraceRow):
     """One row per checkpoint: main scored against the hidden tests by ProgramBench's rules, written by
     the driver (agensh_ray/task/checkpoint.py)."""
+
+    ids: ClassVar[str] = (
+        "`checkpoint:<n>`, the checkpoint's number in the run: a resumed driver counts on from the "
+        "checkpoints already in the run folder (driver/resume.py), so an id never repeats."
+    )
 
     checkpoint: str
     """periodic | final."""
@@ -207,6 +257,10 @@ class ScoreRow(TraceRow):
 class TestResultRow(TraceRow):
     """One row per hidden test per checkpoint (every test of the active branches, ignored ones flagged)."""
 
+    ids: ClassVar[str] = (
+        "The `checkpoint:<n>` of its scores row, with the branch and test (one row per test per checkpoint)."
+    )
+
     __test__ = False  # not a pytest test class
     identity: ClassVar[tuple[str, ...]] = ("event_id", "branch", "test")  # a checkpoint's rows share its event_id
     checkpoint: str
@@ -223,17 +277,35 @@ class TestResultRow(TraceRow):
     """The test is ignored by tests.json (e.g. dummy_pass) and does not count."""
 
 
+MODEL_ERROR = "model error: "
+"""How a `turn_error` row's detail starts when the turn failed on its model (its calls failed through the gateway,
+or the agent answered the turn with an error): summary.json counts these as model errors."""
+
+
 class LifecycleRow(TraceRow):
     """One row per change in a worker's life (its agent process started, stopped, crashed, ...)."""
 
+    ids: ClassVar[str] = (
+        "Empty for worker and actor rows (every row is kept: none is written twice). Checkpoint rows: "
+        "`checkpoint_missed:<slot>` (the slot's number on the run's checkpoint grid, counted from the "
+        "schedule's start, which a resumed driver keeps) and `checkpoint_failed:<driver life>:<n>` (a random "
+        "48-bit id per driver: a resumed driver counts its failures from 1 again)."
+    )
+
     event: str
     """started | stopped | crashed | restarted | gave_up | turn_error (the turn failed: the agent's error, or
-    its model calls failed through the gateway, with the provider's status) | refused (a request of the agent
+    its model calls failed through the gateway, with the provider's status; a turn that failed on its model has a
+    detail starting "model error: ") | refused (a request of the agent
     the permission policy refused; the detail says what and why) | resumed (its host or the driver was restarted: the
     worker goes on from its clone with a hand-off) | limit_reached (a resource limit of its sandbox was enforced:
     memory, processes or disk, with what it was; agensh_ray/agent/limits.py; an agent the memory limit killed is a
-    `crashed` row starting "agent killed: memory limit ..."). Rows of the run's actors (worker_id null, written by the
-    driver): actor_died | actor_restarted (back, in a new process) | actor_lost (dead for good) |
+    `crashed` row starting "agent killed: memory limit ...") | turn_deadline (its turn passed its deadline,
+    `liveness.turn_deadline_min`, or its agent was stopped, SIGSTOP, for `liveness.agent_stopped_s`: the agent's
+    process group was killed, the detail says which; a `restarted` row follows, the worker goes on with a
+    hand-off). Rows of the run's actors (worker_id null, written by the driver): actor_died | actor_hung (no
+    heartbeat, or its event loop stuck, for `liveness.heartbeat_s`; the detail says how long) | actor_killed (hung
+    for `liveness.hung_kill_s`: killed so Ray restarts it; actor_restarted follows) | actor_kill_failed |
+    actor_restarted (back, in a new process) | actor_lost (dead for good) |
     actor_answering (away, then answering from the same process) | actor_resumed (a restarted host started
     again and its workers launched) | actor_placed (where Ray first put it). Rows of the checkpoints (host
     "checkpoints", written by the driver, agensh_ray/task/checkpoint.py): checkpoint_missed (a periodic checkpoint
@@ -260,6 +332,16 @@ class LlmCallRow(TraceRow):
     are the provider's own count (its usage fields, streams included); the cost prices them by the model
     that answered (LiteLLM's price map, or the run's override file)."""
 
+    identity: ClassVar[tuple[str, ...]] = ("event_id", "ts")  # old files' ids repeated across a resume
+
+    ids: ClassVar[str] = (
+        "`<gateway>:<life>:<n>`: the gateway's name (its node id's first 16 characters), a random 48-bit id "
+        "drawn when that gateway starts, and its call counter. A gateway started again on the same node (a "
+        "resumed driver, a restarted actor) draws a new life, so an id never repeats. Files older than this "
+        "rule have `<gateway>:<n>`, which a resumed driver repeated: the identity includes `ts` (a copy of "
+        "one call has its ts; two calls never share both), so their calls are all kept."
+    )
+
     gateway: str
     """The gateway that carried it (the node's)."""
     provider: str
@@ -273,9 +355,11 @@ class LlmCallRow(TraceRow):
     stream: bool = False
     """Whether the answer was streamed."""
     status: str
-    """ok | error (the provider refused it: 4xx, or an error inside the stream) | gave_up (retries exhausted)
-    | cut (the stream broke after bytes reached the agent) | refused (a budget cap) | client_gone (the agent
-    hung up first)."""
+    """ok (the agent received the whole answer by its provider's protocol: a body, or a stream up to its last
+    content event; it may hang up before the usage chunk or the end marker) | error (the provider refused it: 4xx,
+    or an error inside the stream) | gave_up (retries exhausted) | cut (the stream broke after bytes reached the
+    agent) | refused (a budget cap; or, after a give-up, every further call of that worker's turn, at once) |
+    client_gone (the agent hung up before its answer was whole)."""
     http_status: int | None = None
     """The HTTP status the agent got (null if it hung up before any)."""
     input_tokens: int = 0
@@ -287,7 +371,8 @@ class LlmCallRow(TraceRow):
     output_tokens: int = 0
     """Output tokens, reasoning included."""
     cost_usd: float | None = None
-    """What the call cost; null when no price table knows the model."""
+    """What the call cost; null (unknown, never counted as $0) when no price table knows the model, or when the
+    provider's answer reported no usage."""
     latency_ms: float
     """From the call's arrival at the gateway to its last byte (queueing and retries included)."""
     ttfb_ms: float | None = None
@@ -309,6 +394,10 @@ class PrChangeRow(TraceRow):
     context, as `git diff -U0` would show it); a file changed with no text hunk (binary, mode or
     rename only) gets one row with null line numbers. `worker_id` is the actor of the snapshot event.
     """
+
+    ids: ClassVar[str] = (
+        "The `forge:<seq>` of the forge event that took the snapshot, with the change block."
+    )
 
     identity: ClassVar[tuple[str, ...]] = (  # a snapshot's rows share the event_id of its forge event
         "event_id", "path", "status", "old_start", "old_lines", "new_start", "new_lines", "function")
@@ -339,6 +428,11 @@ class IntakeRow(TraceRow):
     """A webhook the router intake refused (bad or missing signature, body too large); nothing else is done
     with it. Written by the forge actor, which hosts the intake (services/forge/gitea/intake.py)."""
 
+    ids: ClassVar[str] = (
+        "`intake:<delivery id>` (`intake:-` without one), with the time and the sender: a refused request is "
+        "never written twice."
+    )
+
     identity: ClassVar[tuple[str, ...]] = ("event_id", "ts", "source")  # a request without a delivery id: intake:-
 
     source: str
@@ -347,6 +441,34 @@ class IntakeRow(TraceRow):
     """Why it was refused."""
     delivery: str | None = None
     """The X-Gitea-Delivery id the request claimed, if any."""
+
+
+class ClockRow(TraceRow):
+    """The clock that measures the organization, not the machine (agensh_ray/lag.py): written by the driver at each
+    progress tick (scope `window`: the last 30 wall seconds) and once at the end (scope `run`: the whole run), from
+    the hosts' counters. Null where unknown (too few tool calls, no schedstat)."""
+
+    scope: str
+    """window (the last `window_s` wall seconds, at each progress tick) | run (the whole run, once at its end)."""
+    window_s: float
+    """Wall seconds the figures cover."""
+    time_scale: float
+    """The run's time scale (schedule seconds per wall second)."""
+    agent_tool_median_ms: float | None = None
+    """Median wall ms of an MCP tool call as the agent waited for it (its start and end reported over ACP), within
+    2.2% (log-bucket histograms)."""
+    server_tool_median_ms: float | None = None
+    """Median wall ms of an MCP tool call as the tool server served it, within 2.2%."""
+    tool_latency_ratio: float | None = None
+    """agent_tool_median_ms / server_tool_median_ms."""
+    cpu_wait_share: float | None = None
+    """Share of the time the run's hosts and agents (their process trees) were ready to run that they spent
+    waiting for a CPU (the kernel's schedstat: run-queue wait / (run + wait))."""
+    machine_bound: bool | None = None
+    """True when the machine could not keep up: ratio > 2 with >= 1 schedule s of lag per call, or CPU wait share >
+    0.5; False when both are known and under; null when not known."""
+    why: str = ""
+    """The rule's reasons in words."""
 
 
 TABLES: dict[str, type[TraceRow]] = {
@@ -363,6 +485,7 @@ TABLES: dict[str, type[TraceRow]] = {
     "llm_calls": LlmCallRow,
     "pr_changes": PrChangeRow,
     "intake": IntakeRow,
+    "clock": ClockRow,
 }
 
 _ARROW = {int: pa.int64(), str: pa.string(), float: pa.float64(), bool: pa.bool_()}

@@ -20,6 +20,7 @@ from agensh_ray.board import BoardLimits
 from agensh_ray.board.leases import Lease
 from agensh_ray.errors import AGENT_REFUSALS, ToolFailure
 from agensh_ray.inputs import forge_text_problem, whole_number
+from agensh_ray.lag import SERVER
 from agensh_ray.models import BoardEntry, BoardEntryIn, ChatMessage, PullRequest
 from agensh_ray.render import fmt_issue, render
 from agensh_ray.trace import ToolCallRow
@@ -65,6 +66,8 @@ class ToolsBackend:
         self.host = host
         self.services = host.services
         self.rates = WriteRates(host.cfg.write_rates)
+        self.tool_names: frozenset[str] = frozenset()
+        """The MCP tools served so far (which calls the agents report are ours: agensh_ray/lag.py)."""
 
     # -- the server's own needs ---------------------------------------------------------
     def check_token(self, worker: str, token: str) -> bool:
@@ -80,6 +83,9 @@ class ToolsBackend:
         w = self.host.workers[worker]
         if ok and tool in WORK_TOOLS:
             w.work_calls += 1
+        self.host.lag.record(SERVER, duration_ms)
+        if tool not in self.tool_names:
+            self.tool_names = self.tool_names | {tool}
         self.host.trace.write(
             ToolCallRow(worker_id=worker, tool=tool, source="mcp", duration_ms=duration_ms, ok=ok, error=error,
                         turn=w.turn)

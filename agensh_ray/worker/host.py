@@ -45,6 +45,7 @@ from agensh_ray.agent.mux import MuxSession, SharedAgent
 from agensh_ray.agent.session import ProcessSession
 from agensh_ray.config import RunConfig
 from agensh_ray.errors import HarnessError
+from agensh_ray.lag import CpuWait, ToolLag
 from agensh_ray.models import BoardEntryIn, Delivery, GatewayEndpoint, now_us
 from agensh_ray.routing import HIGH, HostInbox, TurnClock
 from agensh_ray.seams import AgentSession
@@ -103,6 +104,10 @@ class WorkerHost:
             self.workers[w] = Worker(self, w, secrets.token_hex(8), base / "repo", base / "home")
         self.workdirs = Workdirs(self.run_dir, host_id, sandboxed=cfg.sandbox.enabled)
         self.backend = ToolsBackend(self)
+        self.lag = ToolLag()
+        """Its workers' MCP tool calls as the agents and the tool server timed them (agensh_ray/lag.py)."""
+        self.cpu = CpuWait()
+        """Its process tree's time on a CPU and waiting for one (agensh_ray/lag.py)."""
         self.tools = ToolServer(self.backend, without=cfg.tools_off)
         self.shared = self.harness.name == "sim" and len(worker_ids) > 1
         """Simulation packing: one sim process serves all of this host's workers (agent/mux.py)."""
@@ -382,10 +387,18 @@ class WorkerHost:
             "queued": self.inbox.queued(),
             "writes_waited": self.backend.rates.waited,
             "writes_refused": self.backend.rates.refused,
+            **self.lag.counts,  # the clock (agensh_ray/lag.py): tool latency histograms and CPU wait
+            **self.cpu.counters(),
         }
 
     def agent_pids(self) -> dict[str, int | None]:
-        return {w.id: (w.session.pid if w.session else None) for w in self.workers.values()}
+        """Each worker's agent CLI's own process (inside its sandbox, below bwrap and the relay; the host's shared
+        sim process for a packed host), as this machine sees it; None if it has none running."""
+        out: dict[str, int | None] = {}
+        for w in self.workers.values():
+            process = w.session.process if w.session else None
+            out[w.id] = process.agent_pid() if process is not None and process.alive else None
+        return out
 
     async def stop(self) -> None:
         self.stopping.set()

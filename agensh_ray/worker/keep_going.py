@@ -20,7 +20,7 @@ from pathlib import Path
 
 WORK_TOOLS = frozenset({"pr_create", "pr_merge", "pr_review", "pr_comment", "board_write", "send_dm", "channel_post"})
 """Infra tools whose successful call counts as work."""
-NOT_ENDED = frozenset({"cancelled", "agent_died", "error"})
+NOT_ENDED = frozenset({"cancelled", "agent_died", "turn_deadline", "error"})
 """Turn endings the hook leaves alone: the run is stopping, the host is restarting the agent, or the turn
 failed (a model outage is the host's to back off from, not the agent choosing to stop)."""
 

@@ -13,7 +13,9 @@ When the host's own prompts are due is the worker's `TurnClock`'s decision
 
 When the agent process dies: record it, restart it, resume with session/load
 where supported, else start a new session with the worker prompt and the
-hand-off summary (agent/handoff.py).
+hand-off summary (agent/handoff.py). A turn that passes its deadline
+(`RunConfig.turn_deadline_wall_s`: the agent hung) is killed and handled the
+same way, after a `turn_deadline` row.
 
 Through the model gateway, each turn's end asks it what the agent's model
 calls met (`TurnReport`). A turn that ended on a failing model is a
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,12 +40,14 @@ from agensh_ray import prompts
 from agensh_ray.agent.client import SessionObserver, ToolCallRecord
 from agensh_ray.agent.handoff import handoff_summary
 from agensh_ray.agent.limits import DiskWatch
-from agensh_ray.errors import AgentDied, TurnFailed
+from agensh_ray.errors import AgentDied, TurnDeadline, TurnFailed
+from agensh_ray.lag import AGENT, tool_name
 from agensh_ray.models import TurnReport, now_us
 from agensh_ray.render import render
 from agensh_ray.routing import HIGH, TurnClock
 from agensh_ray.seams import AgentSession
-from agensh_ray.trace import ToolCallRow, TurnRow, UsageRow
+from agensh_ray.trace import MODEL_ERROR, ToolCallRow, TurnRow, UsageRow
+from agensh_ray.worker import give_up
 from agensh_ray.worker.keep_going import KeepGoing, fingerprint
 
 if TYPE_CHECKING:
@@ -70,6 +75,8 @@ class TraceObserver(SessionObserver):
         if rec.kind == "edit" and rec.status != "failed":
             self.worker.work_calls += 1
         dur = (rec.finished - rec.started) * 1000 if rec.finished else None
+        if tool_name(rec.title, self.host.backend.tool_names):  # one of our MCP tools, as the agent waited for it
+            self.host.lag.record(AGENT, dur)
         self.host.trace.write(ToolCallRow(
             worker_id=self.worker.id, tool=rec.title or rec.kind or "?", source="agent", tool_call_id=rec.tool_call_id,
             duration_ms=dur, ok=rec.status != "failed", turn=self.worker.turn,
@@ -110,6 +117,9 @@ class Worker:
     """When the host's prompts are due (made at launch)."""
     turn: int = 0
     """Turns started (the one in progress included)."""
+    life: str = field(default_factory=lambda: secrets.token_hex(6))
+    """This life's random id (a new Worker per launch: a resumed driver or a restarted host counts turns from 1
+    again), in its turn rows' event ids `turn:<worker>:<life>:<turn>:<phase>` (docs/trace.md)."""
     turns_finished: int = 0
     """Turns that ended (however they ended)."""
     last_turn_s: float = 0.0
@@ -133,6 +143,8 @@ class Worker:
     """Tokens and cost as the agent reported them."""
     model_failures: int = 0
     """Turns in a row that ended on a failing model (the backoff doubles with each)."""
+    ended_after_give_up: str | None = None
+    """This turn was "cancelled" or its agent "stopped" by the worker after the gateway gave up (give_up.py)."""
     resume_at: float = 0.0
     """Schedule second before which no turn starts (backing off a failing model)."""
     stop_reason: str | None = None
@@ -222,30 +234,43 @@ class Worker:
         before = await asyncio.to_thread(fingerprint, self.workdir) if host.cfg.baseline else ""
         self.clock.turn_started(host.schedule_s())
         text = self.prompt_text(trigger)
-        host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="start", trigger=trigger, model=host.model))
+        host.trace.write(TurnRow(worker_id=self.id, event_id=self.turn_id("start"), turn=self.turn, phase="start",
+                                 trigger=trigger, model=host.model))
         t0 = time.perf_counter()
         since = now_us()
         stop_reason = "error"
         failure: str | None = None
+        self.ended_after_give_up = None
+        watch = (asyncio.create_task(give_up.watch(self, since))
+                 if host.gateway is not None and not host.shared else None)  # a model the gateway gave up on
         try:
-            stop_reason, _ = await self.session.prompt(text)
+            stop_reason, _ = await self.session.prompt(text, deadline_s=host.cfg.turn_deadline_wall_s,
+                                                       stopped_s=host.cfg.liveness.agent_stopped_s)
         except AgentDied as exc:
             stop_reason = "agent_died"
+            if isinstance(exc, TurnDeadline):  # hung (a stuck call, a SIGSTOP): killed, then back like a crash
+                stop_reason = "turn_deadline"
+                self.lifecycle("turn_deadline", f"{exc} (deadline {host.cfg.liveness.turn_deadline_min:g} schedule "
+                               f"min, at least {host.cfg.liveness.turn_floor_wall_s:g} wall s)")
             await self.recover(str(exc))
         except TurnFailed as exc:  # the agent answered with an error (e.g. its model endpoint failed)
             log.warning("turn %d of %s failed: %s", self.turn, self.id, exc)
             failure = str(exc)
             if host.cfg.harness != "sim":  # the sim calls no model: its failed turns are turn errors only
                 self.model_errors += 1
+                failure = MODEL_ERROR + failure
         except Exception as exc:
             log.exception("turn %d of %s failed", self.turn, self.id)
             failure = f"{type(exc).__name__}: {exc}"
         finally:
+            if watch is not None:
+                watch.cancel()
             self.in_turn = False
             self.last_turn_s = time.perf_counter() - t0
             self.turns_finished += 1
-            host.trace.write(TurnRow(worker_id=self.id, turn=self.turn, phase="end", trigger=trigger, model=host.model,
-                                     stop_reason=stop_reason, duration_ms=self.last_turn_s * 1000))
+            host.trace.write(TurnRow(worker_id=self.id, event_id=self.turn_id("end"), turn=self.turn, phase="end",
+                                     trigger=trigger, model=host.model, stop_reason=stop_reason,
+                                     duration_ms=self.last_turn_s * 1000))
         await self.after_turn(since, failure)
         if host.cfg.baseline:
             await self.stop_hook(before, stop_reason)
@@ -270,18 +295,23 @@ class Worker:
     async def after_turn(self, since_us: int, failure: str | None) -> None:
         """A `turn_error` row for a failed turn (with what the gateway saw of its model calls), the backoff of
         a failing model, and the stop of a worker at its budget cap."""
-        report = await self.model_report(since_us)
+        report = await self.model_report(since_us, final=True)
         model_failed = report is not None and report.failed > 0 and report.last_failed and report.budget is None
         if model_failed:
             cfg = self.host.cfg.gateway
             self.model_failures += 1
             wait = min(cfg.failure_backoff_s * 2 ** (self.model_failures - 1), cfg.failure_backoff_max_s)
             self.resume_at = self.host.schedule_s() + wait
-            detail = (f"model calls failed ({report.failed} of {report.calls} this turn): {report.error}; "
+            gave_up = "" if not report.gave_up else (
+                f"; the gateway gave up, {report.refused_after_give_up} calls refused after it"
+                + {"cancelled": ", the worker cancelled the turn", "stopped": ", the worker stopped the agent"}.get(
+                    self.ended_after_give_up or "", ""))
+            detail = (f"model calls failed ({report.failed} of {report.calls} this turn{gave_up}): {report.error}; "
                       f"no new turn for {wait:.0f} schedule s")
             if failure is None:  # an agent's error answer was counted already
                 self.model_errors += 1
-            failure = detail + (f"; the agent said: {failure}" if failure else "")
+            said = failure.removeprefix(MODEL_ERROR) if failure else None
+            failure = MODEL_ERROR + detail + (f"; the agent said: {said}" if said else "")
         elif report is not None and report.calls:
             self.model_failures = 0
         if failure is not None and (report is None or report.budget is None):  # at a cap, `stopped` says why
@@ -290,12 +320,12 @@ class Worker:
         if report is not None and report.budget is not None:
             self.stop_reason = report.budget
 
-    async def model_report(self, since_us: int) -> TurnReport | None:
+    async def model_report(self, since_us: int, final: bool = False) -> TurnReport | None:
         gateway = self.host.gateway
         if gateway is None or self.host.shared:
             return None
         try:
-            return await gateway.turn_report(self.id, since_us)
+            return await gateway.turn_report(self.id, since_us, final)
         except Exception as exc:  # the turn is over either way; the gateway's own trace has its calls
             log.warning("no model report for %s: %s", self.id, exc)
             return None
@@ -340,3 +370,6 @@ class Worker:
 
     def lifecycle(self, event: str, detail: str = "") -> None:
         self.host.lifecycle(self, event, detail)
+
+    def turn_id(self, phase: str) -> str:
+        return f"turn:{self.id}:{self.life}:{self.turn}:{phase}"

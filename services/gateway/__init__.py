@@ -22,7 +22,7 @@ from agensh_ray.trace import TraceWriter
 
 __all__ = [
     "Gateway", "GatewayReport", "GatewayServer", "GatewayShares", "LimitCoordinator", "PriceTable", "Request",
-    "Responder", "Upstream", "Usage", "VirtualKeys", "make_gateway", "upstream_of",
+    "Responder", "Upstream", "Usage", "VirtualKeys", "make_gateway", "unpriced_budget", "upstream_of",
 ]
 
 
@@ -38,3 +38,22 @@ def make_gateway(cfg: RunConfig, run_dir: str | Path, run_id: str, secret: bytes
     trace = TraceWriter(run_dir, f"gateway-{name}", run_id)
     return Gateway(cfg.gateway, VirtualKeys(secret, run_id), {route.provider: upstream}, prices, route=route,
                    trace=trace, name=name)
+
+
+def unpriced_budget(cfg: RunConfig, prices: PriceTable | None = None) -> str | None:
+    """Why a dollar budget cannot work for this run (its model has no price: its calls would cost "unknown",
+    never reaching a dollar cap), or None. Token budgets count every call and are not concerned."""
+    b = cfg.gateway.budget
+    caps = [f"{flag} {v:g}" for flag, v in (("--budget-worker-usd", b.worker_usd), ("--budget-run-usd", b.run_usd))
+            if v is not None]
+    route = get_harness(cfg.harness).model_route
+    if not caps or route is None or not cfg.model:
+        return None
+    table = prices if prices is not None else PriceTable(override=cfg.gateway.prices)
+    if table.entry(route.provider, cfg.model) is not None:
+        return None
+    where = "LiteLLM's price map" + (f" nor {cfg.gateway.prices}" if cfg.gateway.prices else "")
+    return (f"{' and '.join(caps)}: the model {cfg.model!r} ({route.provider}) has no price in {where}, so its calls "
+            "cost an unknown amount and a dollar budget could never stop them; give its price with --prices FILE "
+            '({"<model>": {"input_cost_per_token": ..., "output_cost_per_token": ...}}) or cap tokens instead '
+            "(--budget-worker-tokens, --budget-run-tokens)")

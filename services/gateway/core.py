@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -99,6 +100,16 @@ class Outcome:
 
 
 @dataclass
+class GaveUp:
+    """The gateway gave up on a call of this worker's turn: its next calls are refused at once until the turn ends
+    (a CLI that retries on its own, ignoring `x-should-retry: false`, cannot keep the turn going)."""
+
+    ts: int
+    error: str
+    refused: int = 0
+
+
+@dataclass
 class Call:
     """One call on its way: what becomes its llm_calls row."""
 
@@ -115,6 +126,8 @@ class Call:
     retries: list[str] = field(default_factory=list)
     error: str | None = None
     meter: Meter | None = None
+    sending: bool = False
+    """A chunk is on its way to the agent (a hang-up now may have cut it: what it received ends before it)."""
 
 
 class Gateway:
@@ -137,6 +150,12 @@ class Gateway:
         self.recent: dict[str, deque[Outcome]] = {}
         self.counts: Counter = Counter()
         self._n = 0
+        self._warned_unpriced = False
+        self.given_up: dict[str, GaveUp] = {}
+        """Workers whose turn met a give-up (cleared by the final turn report)."""
+        self.life = secrets.token_hex(6)
+        """This gateway object's own random id: its calls' event ids are `<name>:<life>:<n>`, so a gateway
+        started again on the same node (a resumed driver, a restarted actor) never repeats one (docs/trace.md)."""
 
     # -- what hosts and the cluster ask ------------------------------------------------------
     def endpoint(self, workers: list[str]) -> dict[str, GatewayEndpoint]:
@@ -146,13 +165,20 @@ class Gateway:
         url = f"{self.url}/{self.route.provider}"
         return {w: GatewayEndpoint(url=url, key=self.keys.issue(w)) for w in workers}
 
-    def turn_report(self, worker: str, since_us: int) -> TurnReport:
+    def turn_report(self, worker: str, since_us: int, final: bool = False) -> TurnReport:
+        """What `worker`'s calls since `since_us` met. `final`: its turn has ended (a give-up stops applying)."""
         calls = [o for o in self.recent.get(worker, ()) if o.ts >= since_us]
         failed = [o for o in calls if not o.ok]
         last = failed[-1] if failed else None
+        gave = self.given_up.pop(worker, None) if final else self.given_up.get(worker)
+        if gave is not None and gave.ts < since_us:  # a give-up of an earlier turn (its final report never came)
+            if not final:
+                del self.given_up[worker]
+            gave = None
         return TurnReport(calls=len(calls), failed=len(failed), last_failed=bool(calls) and not calls[-1].ok,
-                          error=(last.refused or last.error) if last else None,
-                          budget=self.budgets.refusal(worker))
+                          error=(gave.error if gave else None) or ((last.refused or last.error) if last else None),
+                          budget=self.budgets.refusal(worker), gave_up=gave.error if gave else None,
+                          refused_after_give_up=gave.refused if gave else 0)
 
     def report(self) -> GatewayReport:
         """What the coordinator shares the limits and sums the run's spending by."""
@@ -167,7 +193,7 @@ class Gateway:
         return {**self.counts, "active": sum(la.active for la in self.admission.lanes.values()),
                 "waiting": sum(la.waiting() for la in self.admission.lanes.values()),
                 "tokens": self.budgets.local.tokens, "usd": self.budgets.local.usd,
-                "unpriced": self.budgets.local.unpriced_calls}
+                "unpriced": self.budgets.local.unpriced_calls, "cost_unknown": self.counts["cost_unknown"]}
 
     @property
     def http(self) -> aiohttp.ClientSession:
@@ -206,6 +232,14 @@ class Gateway:
         call = Call(worker, provider, api, model_of(provider, rest, body), is_stream(provider, rest, body),
                     time.perf_counter())
         try:
+            if (gave := self.given_up.get(worker)) is not None:
+                gave.refused += 1
+                self.counts["refused_after_give_up"] += 1
+                call.status, call.http_status = "refused", 403
+                call.error = f"refused at once: the gateway gave up on this turn's model call ({gave.error})"
+                await _reply(out, 403, error_body(provider, 403, f"agensh gateway: {call.error}", "permission_error"),
+                             [*JSON, ("x-should-retry", "false")])
+                return
             refusal = self.budgets.refusal(worker)
             if refusal:
                 call.status, call.http_status, call.error = "refused", 403, refusal
@@ -214,12 +248,19 @@ class Gateway:
             strip = ask_for_usage(api, body)
             await self._forward(call, up, req, rest, json.dumps(body).encode() if strip else req.body, strip, out)
         except (asyncio.CancelledError, ConnectionError):
-            # The agent hung up. A client that has read the stream's final event may close at once, before
-            # the body's last bytes: that call was answered.
-            if call.meter is not None and call.meter.finished and call.status not in ("cut", "error"):
-                call.status = "ok"
-            elif call.status not in ("ok", "cut"):
-                call.status, call.error = "client_gone", call.error or "the agent hung up before the answer"
+            # The agent hung up. Whether it had its answer is what it received, by the provider's protocol: a
+            # client that has read the answer's last event may close at once, before the usage chunk or the end
+            # marker (`[DONE]`) or the body's last bytes: that call was answered, and the agent used it.
+            m = call.meter
+            if call.status in ("ok", "cut"):
+                pass
+            elif m is not None and call.ttfb is not None and m.stream_error:
+                call.status, call.error = "error", f"{call.provider} error inside the stream: {m.stream_error}"
+            elif m is not None and call.ttfb is not None and not call.sending and m.answered():
+                call.status, call.error = "ok", None
+            else:
+                call.status, call.error = "client_gone", "the agent hung up before the answer" + (
+                    f" (last upstream error: {call.error})" if call.error else "")
             raise
         finally:
             self._finish(call)
@@ -249,6 +290,8 @@ class Gateway:
                 if call.status == "gave_up":
                     counted = "" if tries == attempts else f", {attempts} of them counted (the rest met the rate limit)"
                     call.error = f"{call.error} (gave up after {tries} attempts{counted})"
+                    # Until this turn ends, the worker's further calls are refused at once (turn_report).
+                    self.given_up[call.worker] = GaveUp(now_us(), call.error)
                 if status is None:
                     fail_body = error_body(call.provider, 502, f"agensh gateway: {call.error}", "api_error")
                     fail_headers = JSON
@@ -293,7 +336,7 @@ class Gateway:
                 await out.start(resp.status, response_headers(resp.headers))
                 call.ttfb = time.perf_counter()
                 if passed := meter.feed(first):
-                    await out.send(passed, True)
+                    await _send(call, out, passed)
                 while True:
                     try:
                         chunk = await resp.content.readany()
@@ -306,7 +349,7 @@ class Gateway:
                     if not chunk:
                         break
                     if passed := meter.feed(chunk):
-                        await out.send(passed, True)  # the agent hanging up raises here (ConnectionError)
+                        await _send(call, out, passed)  # the agent hanging up raises here (ConnectionError)
                 await out.send(meter.close(), False)
                 actual = meter.usage().total
                 if meter.stream_error:
@@ -343,6 +386,13 @@ class Gateway:
         else:  # nothing counted: free if it failed, unknown if the provider answered without usage
             cost = None if call.status == "ok" else 0.0
         ok = call.status == "ok"
+        if cost is None:  # answered, but no dollars: the model has no price, or the provider reported no usage
+            self.counts["cost_unknown"] += 1
+            if self.cfg.budget.worker_usd is not None or self.cfg.budget.run_usd is not None:
+                if not self._warned_unpriced:
+                    self._warned_unpriced = True
+                    log.warning("%s %s: no price for this call, so the dollar budgets cannot count it (add the "
+                                "model to --prices)", call.provider, used)
         self.counts[call.status] += 1
         self.counts["calls"] += 1
         self.recent.setdefault(call.worker, deque(maxlen=RECENT_CALLS)).append(
@@ -353,7 +403,7 @@ class Gateway:
         self._n += 1
         end = time.perf_counter()
         self.trace.write(LlmCallRow(
-            worker_id=call.worker, event_id=f"{self.name}:{self._n}", gateway=self.name, provider=call.provider,
+            worker_id=call.worker, event_id=f"{self.name}:{self.life}:{self._n}", gateway=self.name, provider=call.provider,
             api=call.api, model=call.model, model_used=call.meter.model if call.meter else None, stream=call.stream,
             status=call.status, http_status=call.http_status,
             input_tokens=usage.input_tokens if usage else 0, cached_tokens=usage.cached_tokens if usage else 0,
@@ -363,6 +413,12 @@ class Gateway:
             queued_ms=call.queued_s * 1000, retries=len(call.retries), retry_statuses=",".join(call.retries),
             error=None if ok else call.error,
         ))
+
+
+async def _send(call: Call, out: Responder, chunk: bytes) -> None:
+    call.sending = True
+    await out.send(chunk, True)
+    call.sending = False
 
 
 async def _reply(out: Responder, status: int, body: bytes, headers: list[tuple[str, str]] | None = None) -> None:

@@ -15,6 +15,7 @@ word and parses those (bench/gateway.py measures the gateway's CPU per request).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,18 @@ TERMINAL = {
     "messages": (b'"message_stop"',),
     "generate": (),  # Gemini's stream just ends; its end is the end of the body
 }
+"""The markers of a stream's end as each protocol defines it."""
+
+ANSWERED = {
+    "chat": re.compile(rb'"finish_reason"\s*:\s*"'),
+    "responses": None,
+    "messages": re.compile(rb'"stop_reason"\s*:\s*"'),
+    "generate": re.compile(rb'"finishReason"\s*:\s*"'),
+}
+"""What says the answer itself is whole before the stream's end marker: an OpenAI chat chunk with a
+`finish_reason` (what follows is the usage chunk and `[DONE]`, which a client may not wait for), Anthropic's
+`message_delta` with its `stop_reason` (then `message_stop`), a Gemini candidate with its `finishReason` (the last
+chunk). The Responses API's answer is whole with `response.completed` (its end marker)."""
 
 
 @dataclass
@@ -139,6 +152,9 @@ class Meter:
     fields: dict[str, int] = field(default_factory=dict)
     model: str | None = None
     finished: bool = False
+    """The stream's end marker (or a plain body's end) was read."""
+    answer_whole: bool = False
+    """The answer is whole as the protocol defines it (see ANSWERED): a client that hangs up now has its answer."""
     stream_error: str | None = None
     _tail: bytes = b""
     _skip_blank: bool = False
@@ -158,7 +174,9 @@ class Meter:
         lines, self._tail = data[: cut + 1], data[cut + 1 :]
         term = TERMINAL[self.api]
         if term and not self.finished and any(t in lines for t in term):
-            self.finished = True
+            self.finished = self.answer_whole = True
+        if not self.answer_whole and (marker := ANSWERED[self.api]) is not None and marker.search(lines):
+            self.answer_whole = True
         if b"usage" in lines or b"error" in lines or (self.model is None and b"model" in lines):
             kept = self._events(lines)
             return kept if self.strip_usage else chunk
@@ -204,6 +222,20 @@ class Meter:
         if isinstance(obj, dict) and obj.get("type") == "error" and self.stream_error is None:
             err = obj.get("error") or {}
             self.stream_error = f"{err.get('type', 'error')}: {err.get('message', '')}".strip()
+
+    def answered(self) -> bool:
+        """Whether the client has received a whole answer by the provider's protocol: a stream's last content
+        event (ANSWERED) or end marker, or a plain body that parses whole. Read when the client hung up."""
+        if self.stream:
+            return self.answer_whole or self.finished
+        if not self.finished:
+            try:
+                obj = json.loads(b"".join(self._body))
+            except ValueError:
+                return False
+            self._take(obj)
+            self.finished = True
+        return True
 
     def close(self) -> bytes:
         """The body ended: read a plain response whole (streams were read as they passed). Returns what

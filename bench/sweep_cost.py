@@ -1,0 +1,282 @@
+"""What one sim run on a generated task costs this machine, and hence the time scale each point of the
+org-scale sweep can run at without being machine-bound (docs/experiments.md, "The org-scale sweep").
+
+Generates a task (`features` = 4 per worker unless given, depth 4, a registry per 4 workers: the sweep's
+task), runs `python -m agensh_ray.run` on it as a subprocess, and samples the CPU of the run's whole
+process tree (the driver, Ray, the services, the hosts, every sim agent and its git and check
+subprocesses) every `--sample` seconds. Over the schedule (from "launching workers" to "stopping
+workers" in the run's output) it reports:
+
+- `cores_used`: CPU seconds of the tree / wall seconds;
+- `cpu_per_step_s`: those CPU seconds / the sim steps taken (the sum of each agent process's last
+  `sim stats:` line in logs/*agent.stderr: per worker, or per host when packed), and `agent_cpu_per_step_s`, the agents' own share
+  (their CPU and their subprocesses', imports left out);
+- `cpu_per_worker_schedule_s`: CPU seconds per worker per schedule second, the figure that scales:
+  N workers at time scale s need N * s * that many cores;
+- `max_time_scale`: for N = 1, 8, 64, 256, 1,024 and a budget of `--cores` cores, the largest time
+  scale at which the workers' demand fits, `cores / (N * cpu_per_worker_schedule_s)` (a linear
+  extrapolation from this run's N: the services' share grows more slowly than N, the checkpoints'
+  with F; measure again at the N you mean to run), and `wall_per_schedule_hour_s`, the wall seconds
+  one schedule hour then takes.
+
+The CPU is sampled (each process's own and its reaped children's times, the latest seen per process):
+a process that lives less than one interval and is not reaped by a process of the tree is missed, one
+seen alive and then reaped is counted twice; the agents' own figures (`sim stats`) are exact.
+
+    python bench/sweep_cost.py --workers 8 --time-scale 30
+    python bench/sweep_cost.py --workers 64 --time-scale 4 --workers-per-actor 8 --cores 2
+    python bench/sweep_cost.py --plan plans/org-scale-quick.yaml --exp EXP   # every cell of an experiment
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import machine_facts, print_result, process_tree, say  # noqa: E402
+
+SWEEP = (1, 8, 64, 256, 1024)
+STATS_RE = re.compile(r"sim stats: pid (\d+) steps (\d+) cpu_self ([\d.]+) cpu_children ([\d.]+) cpu_start ([\d.]+)")
+
+
+class CpuSampler:
+    """The CPU seconds of a process tree, sampled: per process the latest own and reaped-children times."""
+
+    def __init__(self, root: int, interval: float):
+        self.root, self.interval = root, interval
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, create_time) -> latest CPU seconds
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def total(self) -> float:
+        return sum(self.seen.values())
+
+    def sample(self) -> float:
+        for p in process_tree([self.root]):
+            try:
+                t = p.cpu_times()
+                key = (p.pid, p.create_time())
+            except psutil.Error:
+                continue
+            self.seen[key] = max(self.seen.get(key, 0.0),
+                                 t.user + t.system + t.children_user + t.children_system)
+        return self.total()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def start(self) -> CpuSampler:
+        self._t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def agent_stats(run_dir: Path) -> dict:
+    """Steps and CPU of every sim agent process: the last `sim stats:` line of each (file, pid)."""
+    last: dict[tuple[str, str], tuple[int, float, float]] = {}
+    for f in sorted((run_dir / "logs").glob("*agent.stderr")):
+        for m in STATS_RE.finditer(f.read_text(errors="replace")):
+            pid, steps, me, kids, start = m.groups()
+            last[(f.name, pid)] = (int(steps), float(me) - float(start), float(kids))
+    steps = sum(v[0] for v in last.values())
+    return {"processes": len(last), "steps": steps, "cpu_self_s": round(sum(v[1] for v in last.values()), 2),
+            "cpu_children_s": round(sum(v[2] for v in last.values()), 2)}
+
+
+def figures(n: int, features: int | None, depth: int | None, registries: int | None, think: float,
+            time_scale: float, per_actor: int, marks: dict, run_dir: Path, cores: float, t0: float) -> dict:
+    """One run's figures from the CPU at the start and end of its schedule (`marks`) and its folder."""
+    import json
+
+    (w0, c0), (w1, c1) = marks["start"], marks["end"]
+    wall, cpu = w1 - w0, c1 - c0
+    st = agent_stats(run_dir)
+    schedule = wall * time_scale
+    per_worker = cpu / (n * schedule)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    result = {
+        "workers": n, "features": features, "depth": depth, "registries": registries, "think_s": think,
+        "time_scale": time_scale, "workers_per_actor": per_actor,
+        "schedule_wall_s": round(wall, 1), "schedule_s": round(schedule), "cpu_s": round(cpu, 1),
+        "cores_used": round(cpu / wall, 2), "steps": st["steps"],
+        "cpu_per_step_s": round(cpu / st["steps"], 3) if st["steps"] else None,
+        "agent_cpu_per_step_s": (round((st["cpu_self_s"] + st["cpu_children_s"]) / st["steps"], 3)
+                                 if st["steps"] else None),
+        "agent_processes": st["processes"],
+        "cpu_per_worker_schedule_s": round(per_worker, 6),
+        "cores_budget": cores,
+        "max_time_scale": {str(k): round(cores / (k * per_worker), 2) for k in SWEEP},
+        "wall_per_schedule_hour_s": {str(k): round(3600 * k * per_worker / cores) for k in SWEEP},
+        "score": summary.get("score"), "prs_merged": summary.get("prs_merged"), "ended": summary.get("ended"),
+    }
+    say(t0, f"{run_dir.name}: schedule {wall:.0f} s wall ({schedule:.0f} schedule s), {cpu:.0f} CPU s = "
+            f"{cpu / wall:.2f} cores; {st['steps']} steps, {result['cpu_per_step_s']} CPU s a step (the agents' own "
+            f"{result['agent_cpu_per_step_s']}); {per_worker * 1000:.2f} CPU ms per worker per schedule second")
+    for k in SWEEP:
+        say(t0, f"  N={k:>5}: on {cores:g} cores, not machine-bound up to time scale "
+                f"{result['max_time_scale'][str(k)]:g} (a schedule hour = {result['wall_per_schedule_hour_s'][str(k)]} s wall)")
+    return result
+
+
+def watch_experiment(a: argparse.Namespace, facts: dict, t0: float) -> int:
+    """`--plan`: run the experiment under the sampler; each cell's schedule window from its log (cells run one
+    after another, so the tree's CPU in a window is that cell's)."""
+    from agensh_ray.experiment.plan import load_plan
+
+    plan = load_plan(a.plan)
+    exp = a.exp.absolute()
+    cells = {c.id: c for c in plan.cells(exp)}
+    argv = [sys.executable, "-m", "agensh_ray.experiment", str(a.plan), "--out", str(exp)]
+    if a.max_cells is not None:
+        argv += ["--max-cells", str(a.max_cells)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    sampler = CpuSampler(proc.pid, a.sample).start()
+    marks: dict[str, dict[str, tuple[float, float]]] = {}
+    done = threading.Event()
+
+    def tail() -> None:
+        while not done.wait(0.5):
+            for log in (exp / "logs").glob("*.log"):
+                cid = log.name[:-4]
+                m = marks.setdefault(cid, {})
+                if "end" in m:
+                    continue
+                try:
+                    text = log.read_text(errors="replace")
+                except OSError:
+                    continue
+                for key, needle in (("start", "launching workers"), ("end", "stopping workers")):
+                    if needle in text and key not in m:
+                        m[key] = (time.time(), sampler.sample())
+
+    watcher = threading.Thread(target=tail, daemon=True)
+    watcher.start()
+    try:
+        for line in proc.stdout:
+            print(f"  | {line}", end="", flush=True)
+        proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, 2)
+        proc.wait()
+        raise
+    finally:
+        done.set()
+        watcher.join()
+        sampler.stop()
+    results = []
+    for cid, m in marks.items():
+        if "start" in m and "end" in m and cid in cells:
+            c = cells[cid]
+            g = c.generate or {}
+            results.append(figures(c.workers, g.get("features"), g.get("depth"), g.get("registries"),
+                                   c.config.sim.think_s, c.config.time_scale, c.config.workers_per_actor, m,
+                                   exp / "cells" / cid, a.cores, t0) | {"cell": cid})
+    print_result({"experiment": str(exp), "exit_code": proc.returncode, "cells": results, "machine": facts,
+                  "load_avg_end": os.getloadavg(), "total_wall_s": round(time.time() - t0, 1)})
+    return proc.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--features", type=int, default=None, help="F (default 4 per worker)")
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--registries", type=int, default=None, help="default: one per 4 workers (at least 1)")
+    ap.add_argument("--task-seed", type=int, default=0)
+    ap.add_argument("--time-scale", type=float, default=30.0)
+    ap.add_argument("--think", type=float, default=30.0, help="sim: median schedule seconds of a step")
+    ap.add_argument("--workers-per-actor", type=int, default=1)
+    ap.add_argument("--minutes", type=float, default=240.0)
+    ap.add_argument("--checkpoint-every", type=float, default=10.0, help="schedule minutes")
+    ap.add_argument("--cores", type=float, default=float(os.cpu_count() or 1),
+                    help="the cores a sweep point may use (default: this machine's)")
+    ap.add_argument("--sample", type=float, default=1.0, help="seconds between CPU samples")
+    ap.add_argument("--out", type=Path, default=None, help="keep the task and run folder here (default: a temp folder)")
+    ap.add_argument("--plan", type=Path, default=None,
+                    help="instead of one run: run this experiment plan (python -m agensh_ray.experiment PLAN --out "
+                         "EXP) under the sampler and give each cell's figures")
+    ap.add_argument("--exp", type=Path, default=None, help="with --plan: the experiment folder")
+    ap.add_argument("--max-cells", type=int, default=None, help="with --plan: start at most this many cells")
+    a = ap.parse_args()
+    if a.plan is not None and a.exp is None:
+        ap.error("--plan needs --exp (the experiment folder)")
+    n = a.workers
+    features = a.features or 4 * n
+    registries = a.registries or max(1, -(-n // 4))
+    t0 = time.time()
+    facts = machine_facts(nice=str(os.nice(0)))
+    print(f"machine: {facts}", flush=True)
+    if a.plan is not None:
+        return watch_experiment(a, facts, t0)
+    tmp = None
+    if a.out is None:
+        tmp = tempfile.TemporaryDirectory(prefix="sweep-cost-")
+        out = Path(tmp.name)
+    else:
+        out = a.out.absolute()
+        out.mkdir(parents=True, exist_ok=True)
+    try:
+        from agensh_ray.task.generate import Params, generate
+
+        task = out / f"genkit-F{features}-s{a.task_seed}"
+        generate(Params(features=features, seed=a.task_seed, depth=a.depth, registries=registries), task)
+        say(t0, f"generated {task.name}: F={features} L={a.depth} R={registries}")
+        run_id = f"w{n:04d}-ts{a.time_scale:g}"
+        argv = [sys.executable, "-m", "agensh_ray.run", "--workers", str(n), "--task", str(task),
+                "--time-scale", str(a.time_scale), "--think", str(a.think), "--minutes", str(a.minutes),
+                "--checkpoint-every", str(a.checkpoint_every), "--workers-per-actor", str(a.workers_per_actor),
+                "--run-dir", str(out), "--run-id", run_id, "--overwrite"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        sampler = CpuSampler(proc.pid, a.sample).start()
+        marks: dict[str, tuple[float, float]] = {}
+        try:
+            for line in proc.stdout:
+                print(f"  | {line}", end="", flush=True)
+                for key, text in (("start", "launching workers"), ("end", "stopping workers")):
+                    if text in line and key not in marks:
+                        marks[key] = (time.time(), sampler.sample())
+            proc.wait()
+        except KeyboardInterrupt:
+            os.killpg(proc.pid, 2)
+            proc.wait()
+            raise
+        finally:
+            sampler.stop()
+        run_dir = out / run_id
+        if "start" not in marks or "end" not in marks or proc.returncode not in (0,):
+            print(f"the run did not go through its schedule (exit code {proc.returncode})", file=sys.stderr)
+            return 1
+        result = figures(n, features, a.depth, registries, a.think, a.time_scale, a.workers_per_actor, marks,
+                         run_dir, a.cores, t0)
+        result.update(total_wall_s=round(time.time() - t0, 1), load_avg_end=os.getloadavg(), machine=facts,
+                      run_dir=str(run_dir) if tmp is None else None)
+        print_result(result)
+        return 0
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
