@@ -15,7 +15,7 @@ Two measures, each taken where it happens and added up by the driver from the ho
   the run's processes were ready to run that they spent waiting for a CPU. It is this run's processes' view,
   whatever loads the machine (other jobs included), and works in a container (no cgroup or PSI file needed).
   Processes that start and end between two samples (a short git or compiler run) are not seen, nor a new process
-  until the next walk of /proc for the tree (every `RESCAN_S`, 20 s).
+  until the next walk of /proc for the tree (every `RESCAN_S`, 20 s, and after the host starts an agent).
 
 The rule (`judge`): machine-bound when the agents' median tool call took more than `RATIO_LIMIT` (2) times the
 server's and the excess is at least `EXCESS_SCHEDULE_S` (1) schedule second per call, or when the run's
@@ -124,6 +124,10 @@ class CpuWait:
         self.scanned, self.tree = -math.inf, [self.root]
         self.sample()  # what the process tree did before (a test process's earlier life) is not the run's
         self.run_ns = self.wait_ns = 0
+
+    def rescan(self) -> None:
+        """Walk /proc for the tree at the next sample (a host calls it when it starts an agent)."""
+        self.scanned = -math.inf
 
     def sample(self) -> None:
         if not self.available:

@@ -28,6 +28,7 @@ from agensh_ray.lag import (
     AGENT,
     CPU_WAIT_LIMIT,
     MIN_CALLS,
+    MIN_READY_S,
     RATIO_LIMIT,
     SERVER,
     ClockFigures,
@@ -188,9 +189,14 @@ async def test_the_lag_measure_flags_a_run_throttled_with_a_cpu_hog(tmp_path):
 
             await await_for(lambda: calls(host.status(), SERVER) >= 2, 120, "the first tool calls", step=1.0)
             first = host.status()
+            def ready_s(st: dict) -> float:  # CPU seconds the run's processes were ready to run
+                return (st["cpu_run_ns"] + st["cpu_wait_ns"]) / 1e9
+
             await await_for(lambda: min(calls(st := host.status(), SERVER) - calls(first, SERVER),
-                                        calls(st, AGENT) - calls(first, AGENT)) >= MIN_CALLS + 2,
-                            150, f"{MIN_CALLS + 2} more tool calls timed on each side", step=1.0)
+                                        calls(st, AGENT) - calls(first, AGENT)) >= MIN_CALLS + 2
+                            and ready_s(st) - ready_s(first) >= 2 * MIN_READY_S,
+                            150, f"{MIN_CALLS + 2} more tool calls timed on each side and {2 * MIN_READY_S} CPU s "
+                            "ready", step=1.0)
             last = host.status()
         finally:
             await host.stop()

@@ -214,6 +214,7 @@ class WorkerHost:
             session.client.full = lambda: w.disk.over
         w.session = session
         await session.start()
+        self.cpu.rescan()  # the new agent's processes count from their start, not from the next walk of /proc
         return session
 
     async def release_claims(self, w: Worker, why: str) -> None:
