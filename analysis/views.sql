@@ -69,8 +69,8 @@ UNION ALL
 (SELECT DISTINCT ON (event_id) * FROM turns_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
 CREATE OR REPLACE VIEW tool_calls_rows AS
-SELECT run_id, ts, worker_id, event_id, schema_version, tool, source, tool_call_id, duration_ms, ok, error, turn FROM (
-    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS tool, CAST(NULL AS VARCHAR) AS source, CAST(NULL AS VARCHAR) AS tool_call_id, CAST(NULL AS DOUBLE) AS duration_ms, CAST(NULL AS BOOLEAN) AS ok, CAST(NULL AS VARCHAR) AS error, CAST(NULL AS BIGINT) AS turn WHERE false
+SELECT run_id, ts, worker_id, event_id, schema_version, tool, source, tool_call_id, duration_ms, ok, error, turn, life FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS VARCHAR) AS tool, CAST(NULL AS VARCHAR) AS source, CAST(NULL AS VARCHAR) AS tool_call_id, CAST(NULL AS DOUBLE) AS duration_ms, CAST(NULL AS BOOLEAN) AS ok, CAST(NULL AS VARCHAR) AS error, CAST(NULL AS BIGINT) AS turn, CAST(NULL AS VARCHAR) AS life WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/tool_calls/*.parquet', union_by_name = true)
 );
@@ -80,8 +80,8 @@ UNION ALL
 (SELECT DISTINCT ON (event_id) * FROM tool_calls_rows WHERE event_id <> '' ORDER BY event_id, ts);
 
 CREATE OR REPLACE VIEW usage_rows AS
-SELECT run_id, ts, worker_id, event_id, schema_version, turn, input_tokens, output_tokens, cost_usd FROM (
-    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS turn, CAST(NULL AS BIGINT) AS input_tokens, CAST(NULL AS BIGINT) AS output_tokens, CAST(NULL AS DOUBLE) AS cost_usd WHERE false
+SELECT run_id, ts, worker_id, event_id, schema_version, turn, life, input_tokens, output_tokens, cost_usd FROM (
+    SELECT CAST(NULL AS VARCHAR) AS run_id, CAST(NULL AS TIMESTAMPTZ) AS ts, CAST(NULL AS VARCHAR) AS worker_id, CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS BIGINT) AS schema_version, CAST(NULL AS BIGINT) AS turn, CAST(NULL AS VARCHAR) AS life, CAST(NULL AS BIGINT) AS input_tokens, CAST(NULL AS BIGINT) AS output_tokens, CAST(NULL AS DOUBLE) AS cost_usd WHERE false
     UNION ALL BY NAME
     SELECT * FROM read_parquet(getvariable('run_dir') || '/trace/usage/*.parquet', union_by_name = true)
 );

@@ -9,7 +9,9 @@ import json
 import sys
 
 from agensh_ray import prompts
+from agensh_ray.analysis.views import connect
 from agensh_ray.config import RoutingConfig
+from agensh_ray.lag import SERVER
 from tests.support import LocalServices, await_for
 
 WORKERS = ["w001", "w002"]
@@ -59,3 +61,30 @@ async def test_host_prompts_follow_the_turn_clock(tmp_path):
     w2 = _prompts(run_dir, "w002")
     assert early in w2[0], "a late starter gets the notice already due with its first prompt"
     assert sum(early in p for p in w2) == 1 and sum(last in p for p in w2) == 1
+
+
+async def test_tool_calls_name_the_turn_s_life_across_a_host_restart(tmp_path):
+    """Turn numbers start at 1 again in a worker's new life (a resumed driver or a restarted host launches it again):
+    each tool call names its turn's life, so (worker, life, turn) finds the one turn it ran in (issue 31)."""
+    services = LocalServices(tmp_path, WORKERS[:1])
+    run_dir = tmp_path / "run"
+
+    def served(host) -> int:
+        return sum(v for k, v in host.status().items() if k.startswith(SERVER))
+
+    try:
+        for _ in range(2):  # two lives of w001, each in its own host on the same run folder
+            host = services.host(run_dir, WORKERS[:1], minutes=600, time_scale=120, seed=1)
+            await host.start()
+            try:
+                await host.launch("w001")
+                await await_for(lambda: served(host) >= 3, 120, "three tool calls served")
+            finally:
+                await host.stop()
+    finally:
+        services.close()
+    con = connect(run_dir)
+    calls = con.sql("SELECT worker_id, life, turn FROM tool_calls WHERE source = 'mcp'").fetchall()
+    assert len({life for _, life, _ in calls}) == 2 and all(life for _, life, _ in calls), calls
+    starts = {e for (e,) in con.sql("SELECT event_id FROM turns WHERE phase = 'start'").fetchall()}
+    assert all(f"turn:{w}:{life}:{turn}:start" in starts for w, life, turn in calls), (calls, starts)

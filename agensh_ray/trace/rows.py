@@ -27,7 +27,8 @@ SCHEMA_VERSION = 7
 6: scores gains runner_files, strict_pass_rate, strict_passed and strict_eval_json: what main ships that
 changes the test runner and its score without them (older files read with null there).
 7: the clock table added: how far the agents lag behind their schedule, and whether the run is machine-bound
-(older runs have none: an empty view)."""
+(older runs have none: an empty view); tool_calls.life and usage.life, the worker's life of the turn (older
+files read with null there)."""
 
 
 class TraceRow(BaseModel):
@@ -152,7 +153,7 @@ class ToolCallRow(TraceRow):
 
     ids: ClassVar[str] = (
         "Empty: every row is kept (no writer writes a tool call twice). `turn` is the turn number within the "
-        "worker's life (turns.event_id tells lives apart)."
+        "worker's life `life`: (worker_id, life, turn) is the turn of turns.event_id `turn:<worker>:<life>:<turn>:...`."
     )
 
     tool: str
@@ -168,18 +169,23 @@ class ToolCallRow(TraceRow):
     error: str | None = None
     """The error, if it failed."""
     turn: int | None = None
-    """The worker's turn during which it ran."""
+    """The worker's turn during which it ran (numbered within the worker's life)."""
+    life: str | None = None
+    """The worker's life the turn is in (the `<life>` of turns.event_id); null in files older than schema 7."""
 
 
 class UsageRow(TraceRow):
     """Token usage as the agent reports it (the sim agent reports none, so sim runs leave this table empty)."""
 
     ids: ClassVar[str] = (
-        "Empty for agent-reported usage: every row is kept (no writer writes one twice)."
+        "Empty for agent-reported usage: every row is kept (no writer writes one twice). (worker_id, life, turn) "
+        "is the turn it belongs to, as in tool_calls."
     )
 
     turn: int
-    """The worker's turn it belongs to."""
+    """The worker's turn it belongs to (numbered within the worker's life)."""
+    life: str | None = None
+    """The worker's life the turn is in (the `<life>` of turns.event_id); null in files older than schema 7."""
     input_tokens: int = 0
     """Input (prompt) tokens."""
     output_tokens: int = 0

@@ -88,7 +88,7 @@ class ToolsBackend:
             self.tool_names = self.tool_names | {tool}
         self.host.trace.write(
             ToolCallRow(worker_id=worker, tool=tool, source="mcp", duration_ms=duration_ms, ok=ok, error=error,
-                        turn=w.turn)
+                        turn=w.turn, life=w.life)
         )
 
     async def _call(self, coro):

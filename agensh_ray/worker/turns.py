@@ -80,6 +80,7 @@ class TraceObserver(SessionObserver):
         self.host.trace.write(ToolCallRow(
             worker_id=self.worker.id, tool=rec.title or rec.kind or "?", source="agent", tool_call_id=rec.tool_call_id,
             duration_ms=dur, ok=rec.status != "failed", turn=self.worker.turn,
+            life=self.worker.life,
         ))
 
     def on_permission(self, title: str, allowed: bool, reason: str) -> None:
@@ -98,7 +99,7 @@ class TraceObserver(SessionObserver):
         w.usage_turns += 1
         w.tokens += input_tokens + output_tokens
         w.cost_usd += cost_usd
-        self.host.trace.write(UsageRow(worker_id=self.worker.id, turn=self.worker.turn, input_tokens=input_tokens,
+        self.host.trace.write(UsageRow(worker_id=w.id, turn=w.turn, life=w.life, input_tokens=input_tokens,
                                        output_tokens=output_tokens, cost_usd=cost_usd))
 
 
