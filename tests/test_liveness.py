@@ -159,23 +159,29 @@ def test_a_stopped_writer_continued_after_its_replacement_writes_nothing(tmp_pat
     assert [(r["seq"], r["by"]) for r in rows] == [(1, "old"), (2, "new"), (3, "new")]
 
 
+def scripted_session(tmp_path, turns: list):
+    """A real ACP agent process (the scripted fake, agensh_ray.fakes.acp_agent) playing `turns`, not yet started."""
+    from agensh_ray.agent.client import SessionObserver
+    from agensh_ray.agent.harness import get_harness
+    from agensh_ray.agent.session import ProcessSession
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": turns}))
+    h = get_harness(f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log {tmp_path / 'a.jsonl'}")
+    (tmp_path / "w").mkdir()
+    return ProcessSession(h, "w001", tmp_path / "w", tmp_path / "home", "http://127.0.0.1:9/w/w001/tok123456/mcp",
+                          SessionObserver(), log_dir=tmp_path / "logs")
+
+
 async def test_a_stopped_agent_is_killed_at_its_turn_deadline_and_comes_back(tmp_path):
     """A real ACP agent process (the scripted fake), SIGSTOPped mid-turn: the turn ends at its deadline with
     TurnDeadline, the whole process group killed (a stopped process included); the session restarts and the next
     turn is answered."""
-    from agensh_ray.agent.client import SessionObserver
-    from agensh_ray.agent.harness import get_harness
-    from agensh_ray.agent.session import ProcessSession
     from agensh_ray.errors import TurnDeadline
 
-    script = tmp_path / "script.json"
     first = tmp_path / "first-turn-taken"  # the restarted process counts its turns from 0 again
     code = f"import pathlib, time\np = pathlib.Path({str(first)!r})\nwait = not p.exists()\np.touch()\ntime.sleep(30 if wait else 0)"
-    script.write_text(json.dumps({"turns": [[{"do": "exec", "text": code}, {"do": "say", "text": "back"}]]}))
-    h = get_harness(f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log {tmp_path / 'a.jsonl'}")
-    (tmp_path / "w").mkdir()
-    s = ProcessSession(h, "w001", tmp_path / "w", tmp_path / "home", "http://127.0.0.1:9/w/w001/tok123456/mcp",
-                       SessionObserver(), log_dir=tmp_path / "logs")
+    s = scripted_session(tmp_path, [[{"do": "exec", "text": code}, {"do": "say", "text": "back"}]])
     stopped = None
     try:
         await asyncio.wait_for(s.start(timeout_s=60), 90)
@@ -200,17 +206,9 @@ async def test_a_stopped_agent_is_killed_at_its_turn_deadline_and_comes_back(tmp
 
 async def test_a_stopped_agent_is_killed_without_waiting_for_its_deadline(tmp_path):
     """The same agent SIGSTOPped mid-turn, with a far deadline: seen stopped for `stopped_s`, it is killed then."""
-    from agensh_ray.agent.client import SessionObserver
-    from agensh_ray.agent.harness import get_harness
-    from agensh_ray.agent.session import ProcessSession
     from agensh_ray.errors import TurnDeadline
 
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"turns": [[{"do": "sleep", "seconds": 30}]]}))
-    h = get_harness(f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log {tmp_path / 'a.jsonl'}")
-    (tmp_path / "w").mkdir()
-    s = ProcessSession(h, "w001", tmp_path / "w", tmp_path / "home", "http://127.0.0.1:9/w/w001/tok123456/mcp",
-                       SessionObserver(), log_dir=tmp_path / "logs")
+    s = scripted_session(tmp_path, [[{"do": "sleep", "seconds": 30}]])
     stopped = None
     try:
         await asyncio.wait_for(s.start(timeout_s=60), 90)
