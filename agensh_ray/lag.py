@@ -168,6 +168,35 @@ class CpuWait:
         return {CPU_RUN: self.run_ns, CPU_WAIT: self.wait_ns, CPU_SEEN: int(self.available)}
 
 
+def is_lag_key(key: str) -> bool:
+    return key.startswith(AGENT) or key.startswith(SERVER) or key in (CPU_RUN, CPU_WAIT)
+
+
+class HostLives:
+    """Each host's lag counters summed over its lives, for the driver's sum over hosts. A host Ray restarts (a crash,
+    a hung-actor kill) counts from 0 again: without the carry, the sum would fall, a window's differences would be
+    clamped unevenly (CPU run time to 0, its wait not: a false 100% wait) and the whole run would lose what the
+    host's earlier lives measured."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[int | None, dict]] = {}
+        self.carry: dict[str, dict[str, int]] = {}
+
+    def add(self, host: str, answer: dict, pid: int | None) -> dict:
+        """The host's answer with its earlier lives' lag counters added (a new life: another pid, or a counter that
+        went down)."""
+        prev = self.last.get(host)
+        if prev is not None and (pid != prev[0] or any(answer.get(k, 0) < v for k, v in prev[1].items()
+                                                       if is_lag_key(k))):
+            carry = self.carry.setdefault(host, {})
+            for k, v in prev[1].items():
+                if is_lag_key(k):
+                    carry[k] = carry.get(k, 0) + v
+        self.last[host] = (pid, answer)
+        carry = self.carry.get(host)
+        return {**answer, **{k: answer.get(k, 0) + v for k, v in carry.items()}} if carry else answer
+
+
 class ClockFigures(BaseModel):
     """The clock's figures over a stretch of the run (summary.json's `clock`; null where unknown)."""
 
@@ -214,8 +243,7 @@ def judge(time_scale: float, agent_ms: float | None, server_ms: float | None, cp
 def figures(time_scale: float, st: dict, base: dict | None = None) -> ClockFigures:
     """The clock's figures from the hosts' summed counters `st` (since `base`, an earlier sum, if given)."""
     base = base or {}
-    diff = {k: max(0, v - base.get(k, 0)) for k, v in st.items()
-            if isinstance(v, int) and (k.startswith(AGENT) or k.startswith(SERVER) or k in (CPU_RUN, CPU_WAIT))}
+    diff = {k: max(0, v - base.get(k, 0)) for k, v in st.items() if isinstance(v, int) and is_lag_key(k)}
     agent = {int(k[len(AGENT):]): v for k, v in diff.items() if k.startswith(AGENT) and v}
     server = {int(k[len(SERVER):]): v for k, v in diff.items() if k.startswith(SERVER) and v}
     run, wait = diff.get(CPU_RUN, 0), diff.get(CPU_WAIT, 0)

@@ -33,6 +33,7 @@ from agensh_ray.lag import (
     SERVER,
     ClockFigures,
     CpuWait,
+    HostLives,
     LagWindow,
     ToolLag,
     figures,
@@ -109,6 +110,28 @@ def test_figures_over_a_window_and_a_restarted_host_never_go_negative():
     assert whole.cpu_wait_share == 0.6 and whole.machine_bound is True
     restarted = figures(60, {"cpu_run_ns": 5, "cpu_wait_ns": 5, "cpu_sampled": 1}, after)
     assert restarted.cpu_wait_share is None and restarted.machine_bound is None
+
+
+def test_a_host_restarted_mid_window_neither_fakes_a_wait_nor_loses_its_earlier_life():
+    """Two hosts summed, as the driver does; host a restarts (a new pid, its counters from 0). Without the carry the
+    sum falls: run time clamps to 0 while wait grows, a false "waited 100%", and the whole run forgets a's first life."""
+    lives = HostLives()
+
+    def total(answers: dict[str, tuple[int, int, int]]) -> dict:  # host: (pid, run s, wait s)
+        out: dict = {}
+        for host, (pid, run, wait) in answers.items():
+            st = lives.add(host, {"cpu_run_ns": run * 10**9, "cpu_wait_ns": wait * 10**9, "cpu_sampled": 1}, pid)
+            for k, v in st.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    before = total({"a": (10, 60, 1), "b": (20, 40, 1)})
+    after = total({"a": (11, 1, 1), "b": (20, 50, 4)})  # a: a new life, 1 s run and 1 s wait so far
+    window = figures(60, after, before)
+    assert window.cpu_wait_share == pytest.approx(4 / 15, abs=5e-4)  # b: 10 s run + 3 s wait; a's new life: 1 + 1
+    assert figures(60, after).cpu_wait_share == pytest.approx(6 / 117, abs=5e-4)  # a's first life kept: 61 + 50 run, 2 + 4 wait
+    again = total({"a": (11, 2, 1), "b": (20, 50, 4)})  # the same life going on: no second carry
+    assert figures(60, again, after).cpu_wait_share == 0.0
 
 
 def test_the_window_keeps_the_last_30_seconds():

@@ -28,6 +28,7 @@ from agensh_ray.driver.slots import Slots
 from agensh_ray.driver.summary import Summary
 from agensh_ray.driver.waiting import Waiting
 from agensh_ray.errors import ForcedStop, HarnessError
+from agensh_ray.lag import HostLives
 from agensh_ray.paths import PROJECT_ROOT
 from agensh_ray.placement import (check_capacity, check_services_resource, host_options, launch_offsets,
                                   services_resources)
@@ -63,6 +64,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting, Clock):
         on the progress line."""
         self._launched: set[str] = set()
         self._host_status: dict[str, dict] = {}
+        self._host_lives = HostLives()
         """Each host's last answer (a host that is away counts with it)."""
         self._host_asks: dict[str, object] = {}
         self.prior = None
@@ -157,6 +159,7 @@ class Run(Health, Ending, Summary, Shipping, Resume, Slots, Waiting, Clock):
         self.hosts: dict[str, tuple] = {}
         start_wall = time.time()
         self.start_wall = start_wall
+        self.hosts_wall = start_wall  # this driver's hosts count from here (their lag counters: driver/clock.py)
         for i, ws in enumerate(groups):
             hid = f"h{i:03d}"
             opts = host_options(self.cfg, len(ws), total)

@@ -17,7 +17,8 @@ class Clock:
         """Take this tick's counters; trace the window's figures; what the progress line adds ("" when it keeps up)."""
         if getattr(self, "_lag", None) is None:
             self._lag = LagWindow(self.cfg.time_scale)
-            self._lag_t0 = getattr(self, "start_wall", None) or time.time()  # the hosts' counters start about then
+            # the hosts' counters start when this driver made them (a resumed driver's schedule started earlier)
+            self._lag_t0 = getattr(self, "hosts_wall", None) or time.time()
         now = time.time()
         f = self._lag.tick(now, st)
         span = now - self._lag.ticks[0][0] if len(self._lag.ticks) > 1 else now - self._lag_t0

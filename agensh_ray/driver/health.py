@@ -97,8 +97,8 @@ class Health:
                 continue
             if not answer.pop("started", 1):
                 self._restart_host(hid)
-            answer.pop("pid", None)
-            self._host_status[hid] = answer
+            pid = answer.pop("pid", None)
+            self._host_status[hid] = self._host_lives.add(hid, answer, pid)  # lag counters over the host's lives
         st = Counter()
         for s in self._host_status.values():
             st.update(s)
