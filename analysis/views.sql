@@ -278,6 +278,75 @@ SELECT least(coalesce(schedule_s, sched_s(ts)), coalesce((SELECT configured_s FR
        *
 FROM scores;
 
+-- Workers' lives, up time and turns, in wall timestamps within the schedule (idle.sql and efficiency.sql
+-- read them). A life: each `started` lifecycle row of a worker begins one (a new agent session: a first
+-- launch, a resumed driver or a restarted host); turns are numbered from 1 in each life, so a turn is known
+-- by its worker, life and number (its event_id's life in new traces, `turn:<worker>:<life>:<n>:<phase>`;
+-- in older traces the worker's `started` rows before it).
+--   worker_lives  worker_id, life (1, 2, .. in time order), l0 (its start), host, next_life
+--   worker_downs  worker_id, ts: a down row (crashed, stopped, gave_up) or its host's death (an actor_died /
+--                 actor_killed / actor_lost row of `host <its host>` within the life: a hung host killed
+--                 writes actor_killed, not actor_died)
+--   worker_up     one row per up interval: iv (the `started` or `restarted` row's ts that begins it), t0, t1:
+--                 from that row to the first of its next down, its next up row (a resume or restart that
+--                 wrote no down row: the time before it stays up time), the schedule's end; clipped to
+--                 the schedule (t1 <= t0: an interval outside it)
+--   worker_busy   one row per turn started within the schedule: iv (the up interval it started in, null
+--                 outside any), trigger, t0, t1: from its start row to its end row of the same life, never
+--                 past the end of its up interval (a turn killed with its agent, host or driver ends where
+--                 the trace shows that end); outside any up interval (a trace without lifecycle rows) to
+--                 its end row, else the next down or up row, else the schedule's end
+CREATE OR REPLACE VIEW worker_lives AS
+SELECT worker_id, row_number() OVER (PARTITION BY worker_id ORDER BY ts) AS life, ts AS l0, host,
+       lead(ts) OVER (PARTITION BY worker_id ORDER BY ts) AS next_life
+FROM lifecycle WHERE worker_id IS NOT NULL AND event = 'started';
+
+CREATE OR REPLACE VIEW worker_downs AS
+SELECT worker_id, ts FROM lifecycle WHERE worker_id IS NOT NULL AND event IN ('crashed', 'stopped', 'gave_up')
+UNION ALL
+SELECT l.worker_id, h.ts FROM worker_lives l JOIN lifecycle h
+  ON h.worker_id IS NULL AND h.event IN ('actor_died', 'actor_killed', 'actor_lost') AND h.host = 'host ' || l.host
+ AND h.ts >= l.l0 AND h.ts < coalesce(l.next_life, 'infinity'::TIMESTAMPTZ);
+
+CREATE OR REPLACE VIEW worker_up AS
+WITH ups AS (SELECT worker_id, ts FROM lifecycle WHERE worker_id IS NOT NULL AND event IN ('started', 'restarted'))
+SELECT u.worker_id, u.ts AS iv,
+       greatest(u.ts, (SELECT schedule_started FROM run_info)) AS t0,
+       least((SELECT min(d.ts) FROM worker_downs d WHERE d.worker_id = u.worker_id AND d.ts >= u.ts),
+             (SELECT min(n.ts) FROM ups n WHERE n.worker_id = u.worker_id AND n.ts > u.ts),
+             (SELECT schedule_ended FROM run_info)) AS t1
+FROM ups u;
+
+CREATE OR REPLACE VIEW worker_busy AS
+WITH sch AS (SELECT schedule_started AS s0, schedule_ended AS s1 FROM run_info),
+ups AS (SELECT worker_id, ts FROM lifecycle WHERE worker_id IS NOT NULL AND event IN ('started', 'restarted')),
+tr AS (
+    SELECT t.worker_id, t.ts, t.turn, t.phase, t.trigger,
+           coalesce(CASE WHEN starts_with(t.event_id, 'turn:') THEN string_split(t.event_id, ':')[-3] END,
+                    CAST((SELECT count(*) FROM worker_lives l WHERE l.worker_id = t.worker_id AND l.l0 <= t.ts)
+                         AS VARCHAR)) AS life
+    FROM turns t
+),
+starts AS (SELECT * FROM tr WHERE phase = 'start'),
+ends AS (SELECT worker_id, life, turn, ts FROM tr WHERE phase = 'end'),
+busy0 AS (
+    SELECT s.worker_id, s.ts AS t0, s.trigger,
+           (SELECT min(e.ts) FROM ends e
+            WHERE e.worker_id = s.worker_id AND e.life = s.life AND e.turn = s.turn AND e.ts >= s.ts) AS end_ts,
+           (SELECT max(u.iv) FROM worker_up u WHERE u.worker_id = s.worker_id AND u.t0 <= s.ts AND s.ts < u.t1) AS iv
+    FROM starts s
+)
+SELECT b.worker_id, b.iv, b.trigger, greatest(b.t0, (SELECT s0 FROM sch)) AS t0,
+       least(coalesce(b.end_ts, 'infinity'::TIMESTAMPTZ), coalesce(u.t1, 'infinity'::TIMESTAMPTZ),
+             CASE WHEN u.iv IS NULL THEN least(
+                 coalesce((SELECT min(d.ts) FROM worker_downs d WHERE d.worker_id = b.worker_id AND d.ts >= b.t0),
+                          'infinity'::TIMESTAMPTZ),
+                 coalesce((SELECT min(n.ts) FROM ups n WHERE n.worker_id = b.worker_id AND n.ts > b.t0),
+                          'infinity'::TIMESTAMPTZ)) ELSE 'infinity'::TIMESTAMPTZ END,
+             (SELECT s1 FROM sch)) AS t1
+FROM busy0 b LEFT JOIN worker_up u ON u.worker_id = b.worker_id AND u.iv = b.iv
+WHERE b.t0 <= (SELECT s1 FROM sch);
+
 -- The price table (a setting): USD per million tokens, by model or harness name (the first row of a
 -- name counts).
 CREATE OR REPLACE VIEW prices AS
@@ -495,7 +564,8 @@ GROUP BY pr_a, author_a, pr_b, author_b, path;
 --   work_start  when its author started on it: the latest of the author's latest CLAIM before the PR was
 --               opened, the author's previous PR's opening, and the author's latest start or restart
 --               (lifecycle) before it; null for a PR with no pr_opened event
---   work_end    when that work ended: the PR's merge, else its closing, else the run's end
+--   work_end    when that work ended: the PR's merge, else its closing, else the schedule's end; at most
+--               the schedule's end (stopping and final scoring are not work)
 --   work_s      schedule seconds between the two (a worker holding several PRs open at once counts the
 --               time in each)
 --   duplicate_of  the PR by another author it duplicates work with (view pr_duplicate_pairs) that was
@@ -528,8 +598,8 @@ dup AS (
 w AS (
     SELECT s.pr, s.author, s.state, s.opened_ts,
            CASE WHEN s.opened_ts IS NOT NULL THEN greatest(s.claimed_ts, s.prev_opened, s.up_ts) END AS start0,
-           coalesce(s.merged_ts, s.closed_ts, (SELECT ended FROM run_info)) AS work_end
-    FROM s
+           least(coalesce(s.merged_ts, s.closed_ts, r.schedule_ended, r.ended), r.schedule_ended) AS work_end
+    FROM s, run_info r
 )
 SELECT w.pr, w.author, w.state, coalesce(w.start0, w.opened_ts) AS work_start, w.work_end,
        greatest(0.0, sched_dur_s(coalesce(w.start0, w.opened_ts), w.work_end)) AS work_s, dup.duplicate_of

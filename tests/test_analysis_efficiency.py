@@ -168,6 +168,38 @@ def test_the_planted_answers_of_a_run_with_a_straggler_a_duplicate_and_conflicts
     assert e["machine_bound"] is None
 
 
+def test_worker_time_is_idle_sql_s_across_a_host_killed_while_hung(tmp_path):
+    """w001's host hangs and is killed at 1,000 s mid-turn (an actor_killed row: no actor_died follows a kill of a
+    hung actor); the worker starts again at 3,000 s in a new life whose turn 1 runs 3,100-3,200 s. Its up time is
+    0-1,000 and 3,000 s on, its busy time 100-1,000 (the killed turn ends with its host) and 3,100-3,200: the same
+    in efficiency.sql (until the last merge, 7,900 s) as in idle.sql (until the schedule's end, 8,000 s)."""
+    from agensh_ray.analysis.views import connect, run_query
+
+    run = tmp_path / "hung"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"workers": 1, "harness": "sim", "time_scale": 1.0}))
+    t = lambda s: T0 + int(s * 1e6)  # noqa: E731
+    write(run, "lifecycle", [LifecycleRow(ts=t(0), worker_id="w001", event="started", host="h000"),
+                             LifecycleRow(ts=t(990), event="actor_hung", host="host h000"),
+                             LifecycleRow(ts=t(1000), event="actor_killed", host="host h000"),
+                             LifecycleRow(ts=t(3000), worker_id="w001", event="started", host="h000"),
+                             LifecycleRow(ts=t(8000), worker_id="w001", event="stopped", host="h000")])
+    write(run, "turns", [TurnRow(ts=t(100), worker_id="w001", turn=1, phase="start", trigger="first",
+                                 event_id="turn:w001:aaa:1:start"),
+                         TurnRow(ts=t(3100), worker_id="w001", turn=1, phase="start", trigger="first",
+                                 event_id="turn:w001:bbb:1:start"),
+                         TurnRow(ts=t(3200), worker_id="w001", turn=1, phase="end", trigger="first",
+                                 event_id="turn:w001:bbb:1:end")])
+    write(run, "forge", [ForgeRow(ts=t(7800), worker_id="w001", seq=1, event_id="forge:1", kind="pr_opened", pr=1),
+                         ForgeRow(ts=t(7900), worker_id="w001", seq=2, event_id="forge:2", kind="pr_merged", pr=1)])
+    e = run_efficiency(run)
+    up, busy = 1000 + (7900 - 3000), 900 + 100
+    assert close(e["worker_hours"], up / 3600) and close(e["idle_share"], (up - busy) / up)
+    cols, (row,) = run_query(connect(run), "idle")
+    idle = dict(zip(cols, row))
+    assert (idle["up_s"], idle["busy_s"], idle["idle_s"]) == pytest.approx((6000.0, 1000.0, 5000.0))
+
+
 def test_pr_work_names_the_duplicate(runs):
     from agensh_ray.analysis.views import connect, run_query
 
