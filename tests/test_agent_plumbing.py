@@ -323,3 +323,41 @@ async def test_a_session_on_a_restarted_shared_agent_is_told_it_died_and_opens_a
         for s in sessions:
             await s.close()
         await shared.close()
+
+
+async def test_an_overdue_turn_on_a_shared_agent_ends_alone_and_the_others_go_on(tmp_path):
+    """Two workers' sessions on one shared agent process (--workers-per-actor): one turn passes its deadline. Only
+    that session is ended (cancelled and dropped, TurnDeadline); the process is not killed, the other worker's turn
+    on it ends normally, and the late worker's recovery opens a new session on the same process."""
+    import json
+
+    from agensh_ray.agent.mux import MuxSession, SharedAgent
+    from agensh_ray.errors import TurnDeadline
+
+    script = tmp_path / "script.json"  # per session: turn 0 answers, turn 1 takes 3 s
+    script.write_text(json.dumps({"turns": [[{"do": "say", "text": "hi"}], [{"do": "sleep", "seconds": 3},
+                                                                           {"do": "say", "text": "done"}]]}))
+    h = get_harness(f"cmd:{sys.executable} -m agensh_ray.fakes.acp_agent --script {script} --log {tmp_path / 'a.jsonl'}")
+    shared = SharedAgent(h, h.environment(home=tmp_path / "home", extra={}), tmp_path, tmp_path / "logs", "h000.shared")
+    sessions = []
+    for w in ("w001", "w002"):
+        (tmp_path / w).mkdir()
+        sessions.append(MuxSession(shared, w, tmp_path / w, f"http://127.0.0.1:9/w/{w}/tok/mcp", SessionObserver()))
+    late, other = sessions
+    try:
+        for s in sessions:
+            await asyncio.wait_for(s.start(timeout_s=30), 40)
+            assert (await asyncio.wait_for(s.prompt("first"), 30))[1] == "hi"
+        pid, old = shared.process.proc.pid, late.session_id
+        others_turn = asyncio.create_task(other.prompt("work"))
+        with pytest.raises(TurnDeadline, match="session .* cancelled and dropped"):
+            await asyncio.wait_for(late.prompt("work", deadline_s=1.0), 30)
+        assert shared.alive and shared.process.proc.pid == pid and old not in shared.client.clients
+        assert await asyncio.wait_for(others_turn, 30) == ("end_turn", "done")
+        await asyncio.wait_for(late.restart(), 30)  # what the worker's recover() does
+        assert late.alive and late.session_id != old and shared.process.proc.pid == pid
+        assert (await asyncio.wait_for(late.prompt("again"), 30))[1] == "hi"  # a new session: its turn 0
+    finally:
+        for s in sessions:
+            await s.close()
+        await shared.close()

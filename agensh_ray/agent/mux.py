@@ -120,6 +120,8 @@ class MuxSession(AcpSession):
         super().__init__(shared.harness, worker_id, workdir, mcp_url, observer, shared.host_env, shared.sandbox)
         self.shared = shared
         self.generation = 0
+        self.dropped = False
+        """This session was given up at its turn's deadline while the shared process went on serving the others."""
         if shared.sandbox is not None:
             self.client.enter = lambda argv, cwd: self.shared.process.enter(argv, cwd)
 
@@ -155,10 +157,26 @@ class MuxSession(AcpSession):
             raise AgentDied(f"the shared {self.harness.name} agent died and was restarted since this session opened")
         return await super().prompt(text, deadline_s, stopped_s)
 
+    async def end_overdue_turn(self) -> str:
+        """Past its deadline, one session's turn ends alone: killing the shared process would end every turn of the
+        host's other workers. The turn is cancelled (ACP session/cancel) and the session dropped: what the agent
+        still sends for it is refused as from an unknown session, and `restart` opens a new one."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.conn.cancel(session_id=self.session_id), 5)
+        self.shared.client.clients.pop(self.session_id or "", None)
+        self.dropped = True
+        return f"its session {self.session_id} cancelled and dropped (the shared process serves the host's other workers)"
+
     async def restart(self) -> bool:
-        """The shared process died: the first session to notice restarts it; each opens a new session."""
+        """The shared process died: the first session to notice restarts it; each opens a new session. A session
+        dropped at its deadline (`end_overdue_turn`) on a process still alive opens a new session on it."""
         self.shared.client.clients.pop(self.session_id or "", None)
         self.restarts += 1
+        if self.dropped and self.shared.alive and self.generation == self.shared.generation:
+            self.dropped = False
+            await self.start()
+            return False
+        self.dropped = False
         self.generation = await self.shared.ensure(generation_seen=self.generation)
         await self.start()
         return False

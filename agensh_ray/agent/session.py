@@ -206,7 +206,7 @@ class AcpSession:
         while True:
             left = None if deadline_s is None else t0 + deadline_s - time.monotonic()
             if left is not None and left <= 0:
-                why = self.kill_agent()
+                why = await self.end_overdue_turn()
                 raise TurnDeadline(f"turn deadline passed: no end of turn from {self.harness.name} after "
                                    f"{deadline_s:.0f} s; {why}")
             step = left if stopped_s is None else min(STOPPED_CHECK_S, left if left is not None else STOPPED_CHECK_S)
@@ -224,6 +224,11 @@ class AcpSession:
                 why = self.kill_agent()
                 raise TurnDeadline(f"{self.harness.name} stopped (SIGSTOP or a debugger) for {now - stopped_since:.0f} "
                                    f"s mid-turn, answering nothing; {why}")
+
+    async def end_overdue_turn(self) -> str:
+        """The turn passed its deadline: end it (here by killing the agent; a session on a shared process ends only
+        itself, agent/mux.py); what was done."""
+        return self.kill_agent()
 
     def kill_agent(self) -> str:
         """SIGKILL the agent's process group, and the agent CLI's own process in its sandbox (bwrap may give it a
