@@ -81,7 +81,12 @@ class AgentDied(Exception):
 
 class TurnDeadline(AgentDied):
     """The turn passed its deadline (the agent hung: a stuck call, a SIGSTOP): its process group was killed; the
-    worker restarts it with a hand-off like after a crash."""
+    worker restarts it with a hand-off like after a crash. `stopped`: the agent was seen stopped (SIGSTOP) and
+    killed for that, before its deadline."""
+
+    def __init__(self, message: str, stopped: bool = False):
+        super().__init__(message)
+        self.stopped = stopped
 
 
 class AgentNeedsCredentials(AgentDied):

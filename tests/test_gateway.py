@@ -17,6 +17,7 @@ from agensh_ray.fakes.anthropic_server import FakeAnthropic
 from agensh_ray.fakes.faults import FaultSchedule
 from agensh_ray.fakes.openai_server import FakeOpenAI
 from agensh_ray.fakes.script import Script, Step, Turn
+from agensh_ray.models import now_us
 from agensh_ray.services.gateway import Gateway, GatewayServer, PriceTable, VirtualKeys, upstream_of
 from agensh_ray.trace import TraceWriter
 from tests.support import await_for
@@ -193,6 +194,20 @@ async def test_after_a_give_up_the_workers_calls_are_refused_at_once_until_its_t
     statuses = [r["status"] for r in rig.rows()]
     assert statuses == ["gave_up", "refused", "refused", "refused", "gave_up", "gave_up"]
     assert rig.gw.status()["refused_after_give_up"] == 3
+
+
+async def test_a_give_up_whose_final_report_never_came_does_not_refuse_the_next_turn(openai_fake, tmp_path):
+    """The turn that met the give-up ended without its final report reaching the gateway (the host died, the call
+    failed): the next turn's report at its start (agensh_ray/worker/turns.py asks with the turn's start time) drops
+    the older give-up, and that turn's first call reaches the provider instead of a 403."""
+    fake = openai_fake(SAY, faults=FaultSchedule(error_rate=1.0, error_status=500))
+    async with Rig(tmp_path, fake, GatewayConfig(retry=RetryConfig(max_attempts=2, base_s=0.01))) as rig:
+        first = await rig.post("w001", chat("w001"))
+        assert rig.gw.turn_report("w001", 0).gave_up is not None
+        start = rig.gw.turn_report("w001", now_us() + 1)  # the next turn begins
+        after = await rig.post("w001", chat("w001"))
+    assert first.status_code == 500 and start.gave_up is None
+    assert after.status_code == 500 and len(fake.requests) == 2 + 2  # the provider again, not refused at once
 
 
 async def test_a_stream_cut_mid_way_is_cut_for_the_agent_too_and_recorded(openai_fake, tmp_path):

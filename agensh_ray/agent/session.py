@@ -223,7 +223,7 @@ class AcpSession:
             if now - stopped_since >= stopped_s:
                 why = self.kill_agent()
                 raise TurnDeadline(f"{self.harness.name} stopped (SIGSTOP or a debugger) for {now - stopped_since:.0f} "
-                                   f"s mid-turn, answering nothing; {why}")
+                                   f"s mid-turn, answering nothing; {why}", stopped=True)
 
     async def end_overdue_turn(self) -> str:
         """The turn passed its deadline: end it (here by killing the agent; a session on a shared process ends only

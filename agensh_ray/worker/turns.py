@@ -29,6 +29,7 @@ board, a `stopped` row saying why; the run goes on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -242,6 +243,9 @@ class Worker:
         stop_reason = "error"
         failure: str | None = None
         self.ended_after_give_up = None
+        if host.gateway is not None and not host.shared:  # a give-up of an earlier turn whose final report never
+            with contextlib.suppress(asyncio.TimeoutError):  # reached the gateway is dropped (its ts < since), or
+                await asyncio.wait_for(self.model_report(since), 5)  # it would refuse this turn's first calls
         watch = (asyncio.create_task(give_up.watch(self, since))
                  if host.gateway is not None and not host.shared else None)  # a model the gateway gave up on
         try:
@@ -251,8 +255,11 @@ class Worker:
             stop_reason = "agent_died"
             if isinstance(exc, TurnDeadline):  # hung (a stuck call, a SIGSTOP): killed, then back like a crash
                 stop_reason = "turn_deadline"
-                self.lifecycle("turn_deadline", f"{exc} (deadline {host.cfg.liveness.turn_deadline_min:g} schedule "
-                               f"min, at least {host.cfg.liveness.turn_floor_wall_s:g} wall s)")
+                live = host.cfg.liveness
+                bound = (f"deadline {live.turn_deadline_min:g} schedule min, at least {live.turn_floor_wall_s:g} wall s"
+                         if not exc.stopped else
+                         f"an agent stopped {live.agent_stopped_s:g} wall s is killed")
+                self.lifecycle("turn_deadline", f"{exc} ({bound})")
             await self.recover(str(exc))
         except TurnFailed as exc:  # the agent answered with an error (e.g. its model endpoint failed)
             log.warning("turn %d of %s failed: %s", self.turn, self.id, exc)
