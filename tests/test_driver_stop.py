@@ -357,3 +357,19 @@ def test_the_summary_counts_errors_written_as_the_run_stops_as_the_trace_holds_t
         (2, 2, sum(e == "crashed" for e, _ in life)), text
     assert summary["error_counts_from"] == "trace"
     assert json.loads((tmp_path / "errs" / "summary.json").read_text()) == summary
+
+
+def test_error_counts_come_from_the_trace_only_when_every_host_s_part_of_it_is_here(tmp_path):
+    """A multi-node run without shared storage keeps each host's trace files on its node: counting only the hosts
+    whose files are on the driver's machine would be a partial count shown as the whole. Then the summary keeps
+    the last progress poll's counts (trace_counts says None)."""
+    from agensh_ray.driver.summary import trace_counts
+    from agensh_ray.trace import LifecycleRow, TraceWriter
+
+    w = TraceWriter(tmp_path, "host-h000", "r", flush_interval_s=0)
+    w.write(LifecycleRow(worker_id="w001", event="started", host="h000"))
+    w.write(LifecycleRow(worker_id="w001", event="turn_error", detail="boom", host="h000"))
+    w.close()
+    assert trace_counts(tmp_path, ["h000"]) == {"turn_errors": 1, "model_errors": 0, "crashes": 0}
+    assert trace_counts(tmp_path, ["h000", "h001"]) is None  # h001's rows are on another node
+    assert trace_counts(tmp_path / "elsewhere") is None

@@ -20,11 +20,14 @@ from agensh_ray.trace import MODEL_ERROR
 log = logging.getLogger("agensh.run")
 
 
-def trace_counts(run_dir: Path) -> dict | None:
+def trace_counts(run_dir: Path, hosts: list[str] | None = None) -> dict | None:
     """The workers' turn errors, model errors (turn errors on a failing model) and crashes as the trace's
-    `lifecycle` table holds them (read once every writer has closed), or None when this machine has none of it."""
-    files = sorted((Path(run_dir) / "trace" / "lifecycle").glob("*.parquet"))
-    if not files:
+    `lifecycle` table holds them (read once every writer has closed), or None when this machine lacks any of it:
+    no lifecycle file, or none of a host's in `hosts` (a multi-node run without shared storage keeps each host's
+    files on its node: counting only those here would be a partial count shown as the whole)."""
+    folder = Path(run_dir) / "trace" / "lifecycle"
+    files = sorted(folder.glob("*.parquet"))
+    if not files or any(not any(folder.glob(f"host-{h}-*.parquet")) for h in hosts or ()):
         return None
     n = Counter()
     for f in files:
@@ -125,7 +128,9 @@ class Summary:
     def _count_from_trace(self, s: dict) -> None:
         """Put the trace's counts of turn errors, model errors and crashes in the summary (every writer closed:
         the errors of the last seconds and those written while stopping are in), where this machine has it."""
-        counts = trace_counts(self.run_dir)
+        launched = getattr(self, "_launched", set())
+        hosts = [hid for hid, (_, ws) in getattr(self, "hosts", {}).items() if launched.intersection(ws)]
+        counts = trace_counts(self.run_dir, hosts)  # every host that launched a worker wrote lifecycle rows
         if counts is not None:
             s.update(counts)
         s["error_counts_from"] = "trace" if counts is not None else "last progress poll"
