@@ -129,7 +129,7 @@ class TurnRow(TraceRow):
         "launched (a resumed driver or a restarted host launches it again: turn numbers start at 1 in each "
         "life, the life id differs, so an id never repeats). Files older than this rule have an empty "
         "event_id: every row is kept, and the analysis finds a turn's life from the worker's `started` "
-        "lifecycle rows (analysis/idle.sql)."
+        "lifecycle rows (view worker_busy, analysis/views.sql)."
     )
 
     turn: int
