@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from agensh_ray.analysis.views import connect, query_names, run_query
 from tests.messy_trace import PRICES, MessyRun, runs
 
-CHECKS = settings(max_examples=40, deadline=None, derandomize=True, print_blob=True,
+CHECKS = settings(max_examples=30, deadline=None, derandomize=True, print_blob=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-"""40 runs, each written, opened and asked every question once (about 0.3 s each on a quiet 2-core box)."""
+"""30 runs, each written, opened and asked every question once (about 1.5 s each on a quiet 2-core box)."""
 
 
 def answers(r: MessyRun) -> dict[str, list[dict]]:
