@@ -361,3 +361,76 @@ async def test_an_overdue_turn_on_a_shared_agent_ends_alone_and_the_others_go_on
         for s in sessions:
             await s.close()
         await shared.close()
+
+
+def test_children_of_reads_the_kernels_list_and_matches_a_walk_of_proc():
+    """`children_of` (the kernel's per-thread children lists) names the same processes as psutil's walk of all of
+    /proc, threads' children included, and a process that is gone is NoSuchProcess."""
+    import psutil
+
+    from agensh_ray.agent.process import children_of
+
+    code = ("import subprocess, sys, threading, time\n"
+            "kids = [subprocess.Popen(['sleep', '60'])]\n"
+            "t = threading.Thread(target=lambda: kids.append(subprocess.Popen(['sleep', '60'])))\n"
+            "t.start(); t.join(); print('ready', flush=True); sys.stdin.read()\n"
+            "[k.kill() for k in kids]")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        mine = sorted(children_of(parent.pid))
+        assert len(mine) == 2 and mine == sorted(c.pid for c in psutil.Process(parent.pid).children())
+    finally:
+        parent.communicate("", timeout=30)
+    with pytest.raises(psutil.NoSuchProcess):
+        children_of(parent.pid)
+
+
+async def test_the_agent_below_its_sandbox_is_found_once_and_never_named_once_gone(tmp_path, monkeypatch):
+    """A sandboxed agent (bubblewrap and its relay, as in a run): `agent_pid` walks down past them to the agent's
+    own process once, keeps it while it lives (a turn asks every 2 s: no walk each time), and never names it once
+    it is gone (its pid could be anybody's next)."""
+    import os
+    import signal
+
+    import psutil
+
+    from agensh_ray.agent import process as agent_process
+    from agensh_ray.agent.process import AgentProcess
+    from agensh_ray.agent.sandbox import SandboxPolicy
+
+    work = tmp_path / "w"
+    work.mkdir()
+    argv, env = ["sleep", "120"], {"PATH": "/usr/bin:/bin"}
+    # An endpoint to reach: the chain is bwrap, its relay, the agent, as in a run.
+    policy = SandboxPolicy.build(argv=argv, env=env, writable=[work], chdir=work,
+                                 endpoints={"mcp": "http://127.0.0.1:59999/w/mcp"})
+    proc = AgentProcess(argv, env, work, tmp_path / "agent.stderr", sandbox=policy)
+    await proc.start()
+    try:
+        def agent_cmd() -> list[str]:
+            pid = proc.agent_pid()
+            return psutil.Process(pid).cmdline() if pid is not None else []
+
+        for _ in range(100):
+            if agent_cmd()[:1] == ["sleep"]:
+                break
+            await asyncio.sleep(0.1)
+        first = proc.agent_pid()
+        assert first != proc.proc.pid and psutil.Process(first).cmdline() == ["sleep", "120"]
+        assert psutil.Process(first).ppid() != proc.proc.pid  # below bwrap's and the relay's own processes
+        walks = []
+        real = agent_process.children_of
+        monkeypatch.setattr(agent_process, "children_of", lambda pid: walks.append(pid) or real(pid))
+        real_children = psutil.Process.children
+        monkeypatch.setattr(psutil.Process, "children", lambda self, **kw: walks.append(self.pid) or real_children(self, **kw))
+        assert [proc.agent_pid() for _ in range(20)] == [first] * 20 and walks == []
+        os.kill(first, signal.SIGKILL)
+        for _ in range(100):
+            if not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
+        assert proc.agent_pid() != first
+    finally:
+        await proc.stop()

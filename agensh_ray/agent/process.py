@@ -45,6 +45,25 @@ def _read_to_eof(fd: int) -> bytes:
     return data
 
 
+def children_of(pid: int) -> list[int]:
+    """The pids of a process's children, from the kernel's list per thread (`/proc/<pid>/task/<tid>/children`),
+    without a walk of all of /proc; psutil's walk where the kernel has no such list."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return [c.pid for c in psutil.Process(pid).children()]  # a kernel without CONFIG_PROC_CHILDREN
+    return out
+
+
 def kill_group(proc: asyncio.subprocess.Process, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
@@ -81,6 +100,7 @@ class AgentProcess:
         self.sandbox = sandbox
         self.egress: Egress | None = None
         self.sandbox_pid: int | None = None
+        self._agent: psutil.Process | None = None  # agent_pid()'s find, kept while it lives
         """A process inside the running sandbox (its PID 1, as the host sees it): terminals join it."""
         self.limits = limits if sandbox is not None else None
         """Its cgroup and rlimits (sandboxed agents only: a terminal joins them with the sandbox)."""
@@ -151,19 +171,30 @@ class AgentProcess:
         return self.limits.cause() if self.limits is not None else None
 
     def agent_pid(self) -> int | None:
-        """The agent CLI's own process inside the sandbox (below bwrap and the relay), as the host sees it."""
+        """The agent CLI's own process inside the sandbox (below bwrap and the relay), as the host sees it.
+
+        Found once by walking down from the subprocess through its only children (the kernel's list of a
+        process's children: a whole-/proc walk, psutil's `children()`, took a fifth of a busy host's CPU with
+        every worker's turn asking every 2 s), then kept while that process lives."""
         if self.proc is None:
             return None
+        if self._agent is not None:
+            with contextlib.suppress(psutil.Error):
+                if self._agent.is_running():  # same pid and start time: not a reused pid
+                    return self._agent.pid
+            self._agent = None
         try:
             p = psutil.Process(self.proc.pid)
             while True:
                 cmd = p.cmdline()
                 if not (cmd and (os.path.basename(cmd[0]) == "bwrap" or str(RELAY_SCRIPT) in cmd)):
+                    if p.pid != self.proc.pid:
+                        self._agent = p  # the chain below the sandbox is made once: the agent found for good
                     return p.pid
-                kids = p.children()
+                kids = children_of(p.pid)
                 if len(kids) != 1:
                     return p.pid
-                p = kids[0]
+                p = psutil.Process(kids[0])
         except psutil.Error:
             return None
 
