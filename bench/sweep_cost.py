@@ -11,6 +11,8 @@ workers" in the run's output) it reports:
 - `cpu_per_step_s`: those CPU seconds / the sim steps taken (the sum of each agent process's last
   `sim stats:` line in logs/*agent.stderr: per worker, or per host when packed), and `agent_cpu_per_step_s`, the agents' own share
   (their CPU and their subprocesses', imports left out);
+- `cpu_by_part_s`: those CPU seconds by part of the run (`part_of`: each Ray actor class, Ray's daemons, the sim
+  agents with their git and checks, the driver), largest first, to show where a step's CPU goes;
 - `cpu_per_worker_schedule_s`: CPU seconds per worker per schedule second, the figure that scales:
   N workers at time scale s need N * s * that many cores;
 - `max_time_scale`: for N = 1, 8, 64, 256, 1,024 and a budget of `--cores` cores, the largest time
@@ -51,17 +53,66 @@ SWEEP = (1, 8, 64, 256, 1024)
 STATS_RE = re.compile(r"sim stats: pid (\d+) steps (\d+) cpu_self ([\d.]+) cpu_children ([\d.]+) cpu_start ([\d.]+)")
 
 
+def part_of(p: psutil.Process, root: int) -> str:
+    """Which part of the run a process is, for the CPU breakdown: a Ray actor by its class (its process title is
+    `ray::Class.method` or `ray::Class`), Ray's own daemons, a sim agent, the bubblewrap sandbox, git, the
+    driver; anything else by its executable's name."""
+    if p.pid == root:
+        return "driver"
+    try:
+        argv = p.cmdline()
+        name = p.name()
+    except psutil.Error:
+        return "gone"
+    head = argv[0] if argv else name
+    if name in ("raylet", "gcs_server"):  # by executable: a Ray worker's argv names the raylet too
+        return "ray raylet" if name == "raylet" else "ray gcs"
+    if head.startswith("ray::"):
+        cls = head[5:].split(".", 1)[0].split(" ", 1)[0]
+        return "ray::IDLE (a pooled worker)" if cls == "IDLE" else f"actor {cls.split(':')[-1]}"
+    text = " ".join(argv)
+    if "default_worker.py" in text:  # a Ray worker before its process title is set: looked at again later
+        return "ray::IDLE (a pooled worker)"
+    for needle, part in (("agensh_ray.sim", "sim agent"),
+                         ("dashboard", "ray dashboard"), ("log_monitor", "ray log monitor"),
+                         ("runtime_env", "ray runtime env agent"), ("monitor.py", "ray monitor")):
+        if needle in text:
+            return part
+    if name in ("git", "git-remote-http", "git-upload-pack", "git-receive-pack") or name.startswith("git"):
+        return "git"
+    if name in ("bwrap", "bubblewrap"):
+        return "bubblewrap"
+    if "python" in name:
+        return "python (other: checks, tools)"
+    return name
+
+
 class CpuSampler:
-    """The CPU seconds of a process tree, sampled: per process the latest own and reaped-children times."""
+    """The CPU seconds of a process tree, sampled: per process the latest own and reaped-children times, and
+    which part of the run it is (`part_of`)."""
 
     def __init__(self, root: int, interval: float):
         self.root, self.interval = root, interval
         self.seen: dict[tuple[int, float], float] = {}  # (pid, create_time) -> latest CPU seconds
+        self.own: dict[tuple[int, float], float] = {}  # the same without its reaped children
+        self.parts: dict[tuple[int, float], str] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._loop, daemon=True)
 
     def total(self) -> float:
         return sum(self.seen.values())
+
+    def by_part(self) -> dict[str, float]:
+        """CPU seconds so far per part of the run; a process's reaped children (a sim agent's git and checks, the
+        Ray worker processes a raylet started and reaped) count apart, as `<part> (reaped children)`."""
+        out: dict[str, float] = {}
+        for key, cpu in self.seen.items():
+            part = self.parts.get(key, "?")
+            own = self.own.get(key, cpu)
+            out[part] = out.get(part, 0.0) + own
+            kids = f"{part} (reaped children)"
+            out[kids] = out.get(kids, 0.0) + cpu - own
+        return out
 
     def sample(self) -> float:
         for p in process_tree([self.root]):
@@ -72,6 +123,9 @@ class CpuSampler:
                 continue
             self.seen[key] = max(self.seen.get(key, 0.0),
                                  t.user + t.system + t.children_user + t.children_system)
+            self.own[key] = max(self.own.get(key, 0.0), t.user + t.system)
+            if self.parts.get(key, "ray::IDLE").startswith("ray::IDLE"):  # a pooled Ray worker may become an actor
+                self.parts[key] = part_of(p, self.root)
         return self.total()
 
     def _loop(self) -> None:
@@ -104,8 +158,10 @@ def figures(n: int, features: int | None, depth: int | None, registries: int | N
     """One run's figures from the CPU at the start and end of its schedule (`marks`) and its folder."""
     import json
 
-    (w0, c0), (w1, c1) = marks["start"], marks["end"]
+    (w0, c0, p0), (w1, c1, p1) = marks["start"], marks["end"]
     wall, cpu = w1 - w0, c1 - c0
+    parts = {k: round(v - p0.get(k, 0.0), 1) for k, v in sorted(p1.items(), key=lambda kv: p0.get(kv[0], 0.0) - kv[1])}
+    parts = {k: v for k, v in parts.items() if v >= 0.05}
     st = agent_stats(run_dir)
     schedule = wall * time_scale
     per_worker = cpu / (n * schedule)
@@ -122,6 +178,7 @@ def figures(n: int, features: int | None, depth: int | None, registries: int | N
         "agent_cpu_per_step_s": (round((st["cpu_self_s"] + st["cpu_children_s"]) / st["steps"], 3)
                                  if st["steps"] else None),
         "agent_processes": st["processes"],
+        "cpu_by_part_s": parts,
         "cpu_per_worker_schedule_s": round(per_worker, 6),
         "cores_budget": cores,
         "max_time_scale": {str(k): round(cores / (k * per_worker), 2) for k in SWEEP},
@@ -131,6 +188,9 @@ def figures(n: int, features: int | None, depth: int | None, registries: int | N
     say(t0, f"{run_dir.name}: schedule {wall:.0f} s wall ({schedule:.0f} schedule s), {cpu:.0f} CPU s = "
             f"{cpu / wall:.2f} cores; {st['steps']} steps, {result['cpu_per_step_s']} CPU s a step (the agents' own "
             f"{result['agent_cpu_per_step_s']}); {per_worker * 1000:.2f} CPU ms per worker per schedule second")
+    for part, sec in parts.items():
+        say(t0, f"  {part:<32} {sec:8.1f} CPU s  {100 * sec / cpu if cpu else 0:5.1f}%  "
+                f"{1000 * sec / st['steps'] if st['steps'] else 0:7.1f} ms a step")
     for k in SWEEP:
         say(t0, f"  N={k:>5}: on {cores:g} cores, not machine-bound up to time scale "
                 f"{result['max_time_scale'][str(k)]:g} (a schedule hour = {result['wall_per_schedule_hour_s'][str(k)]} s wall)")
@@ -167,7 +227,7 @@ def watch_experiment(a: argparse.Namespace, facts: dict, t0: float) -> int:
                     continue
                 for key, needle in (("start", "launching workers"), ("end", "stopping workers")):
                     if needle in text and key not in m:
-                        m[key] = (time.time(), sampler.sample())
+                        m[key] = (time.time(), sampler.sample(), sampler.by_part())
 
     watcher = threading.Thread(target=tail, daemon=True)
     watcher.start()
@@ -255,7 +315,7 @@ def main() -> int:
                 print(f"  | {line}", end="", flush=True)
                 for key, text in (("start", "launching workers"), ("end", "stopping workers")):
                     if text in line and key not in marks:
-                        marks[key] = (time.time(), sampler.sample())
+                        marks[key] = (time.time(), sampler.sample(), sampler.by_part())
             proc.wait()
         except KeyboardInterrupt:
             os.killpg(proc.pid, 2)
