@@ -21,9 +21,10 @@ workers" in the run's output) it reports:
   with F; measure again at the N you mean to run), and `wall_per_schedule_hour_s`, the wall seconds
   one schedule hour then takes.
 
-The CPU is sampled (each process's own and its reaped children's times, the latest seen per process):
-a process that lives less than one interval and is not reaped by a process of the tree is missed, one
-seen alive and then reaped is counted twice; the agents' own figures (`sim stats`) are exact.
+The CPU is sampled (each process's own and its reaped children's times, the latest seen per process, and
+its parent): a process seen alive and then reaped counts once (its reaper's reaped-children time less what
+was seen of it); one that lives less than one interval counts through its reaper, or is missed if that is
+not in the tree; the agents' own figures (`sim stats`) are exact.
 
     python bench/sweep_cost.py --workers 8 --time-scale 30
     python bench/sweep_cost.py --workers 64 --time-scale 4 --workers-per-actor 8 --cores 2
@@ -73,60 +74,77 @@ def part_of(p: psutil.Process, root: int) -> str:
     text = " ".join(argv)
     if "default_worker.py" in text:  # a Ray worker before its process title is set: looked at again later
         return "ray::IDLE (a pooled worker)"
-    for needle, part in (("agensh_ray.sim", "sim agent"),
+    if name.startswith("git"):  # by executable before argv: a git command's arguments may say anything
+        return "git"
+    if name in ("bwrap", "bubblewrap"):
+        return "bubblewrap"
+    for needle, part in (("agensh_ray.sim", "sim agent"), ("agensh_ray.run", "driver"),
+                         ("agensh_ray.experiment", "experiment runner"),
                          ("dashboard", "ray dashboard"), ("log_monitor", "ray log monitor"),
                          ("runtime_env", "ray runtime env agent"), ("monitor.py", "ray monitor")):
         if needle in text:
             return part
-    if name in ("git", "git-remote-http", "git-upload-pack", "git-receive-pack") or name.startswith("git"):
-        return "git"
-    if name in ("bwrap", "bubblewrap"):
-        return "bubblewrap"
     if "python" in name:
         return "python (other: checks, tools)"
     return name
 
 
+Key = tuple[int, float]
+"""A process: (pid, create time), so a reused pid is another process."""
+
+
 class CpuSampler:
-    """The CPU seconds of a process tree, sampled: per process the latest own and reaped-children times, and
-    which part of the run it is (`part_of`)."""
+    """The CPU seconds of a process tree, sampled: per process the latest own and reaped-children times, its
+    parent and which part of the run it is (`part_of`).
+
+    A process seen alive and later reaped is counted once: its reaper's reaped-children time less what was
+    seen of the process itself (and of its own reaped children) while it lived. What a process used after its
+    last sample is counted in its reaper's, so a process that lives less than an interval is counted through
+    its reaper (if that is in the tree)."""
 
     def __init__(self, root: int, interval: float):
         self.root, self.interval = root, interval
-        self.seen: dict[tuple[int, float], float] = {}  # (pid, create_time) -> latest CPU seconds
-        self.own: dict[tuple[int, float], float] = {}  # the same without its reaped children
-        self.parts: dict[tuple[int, float], str] = {}
+        self.own: dict[Key, float] = {}  # user + system of the process itself
+        self.kids: dict[Key, float] = {}  # its reaped children's, as the kernel sums them
+        self.parent: dict[Key, Key] = {}
+        self.parts: dict[Key, str] = {}
+        self.alive: set[Key] = set()  # as of the last sample
+        self._lock = threading.Lock()  # the sampling thread and the marks' thread both sample
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._loop, daemon=True)
 
-    def total(self) -> float:
-        return sum(self.seen.values())
+    def sample(self) -> dict[Key, tuple[str, float, float]]:
+        """Sample the tree now; each process's part, own CPU seconds and reaped children's seconds not counted as
+        processes of their own (`snapshot`)."""
+        with self._lock:
+            procs = process_tree([self.root])
+            keys: dict[int, Key] = {}
+            alive: set[Key] = set()
+            for p in procs:
+                try:
+                    t = p.cpu_times()
+                    key = (p.pid, p.create_time())
+                    ppid = p.ppid()
+                except psutil.Error:
+                    continue
+                keys[p.pid] = key
+                alive.add(key)
+                self.own[key] = max(self.own.get(key, 0.0), t.user + t.system)
+                self.kids[key] = max(self.kids.get(key, 0.0), t.children_user + t.children_system)
+                if ppid in keys:
+                    self.parent[key] = keys[ppid]
+                if self.parts.get(key, "ray::IDLE").startswith("ray::IDLE"):  # a pooled Ray worker may become an actor
+                    self.parts[key] = part_of(p, self.root)
+            self.alive = alive
+            return self._snapshot()
 
-    def by_part(self) -> dict[str, float]:
-        """CPU seconds so far per part of the run; a process's reaped children (a sim agent's git and checks, the
-        Ray worker processes a raylet started and reaped) count apart, as `<part> (reaped children)`."""
-        out: dict[str, float] = {}
-        for key, cpu in self.seen.items():
-            part = self.parts.get(key, "?")
-            own = self.own.get(key, cpu)
-            out[part] = out.get(part, 0.0) + own
-            kids = f"{part} (reaped children)"
-            out[kids] = out.get(kids, 0.0) + cpu - own
-        return out
-
-    def sample(self) -> float:
-        for p in process_tree([self.root]):
-            try:
-                t = p.cpu_times()
-                key = (p.pid, p.create_time())
-            except psutil.Error:
-                continue
-            self.seen[key] = max(self.seen.get(key, 0.0),
-                                 t.user + t.system + t.children_user + t.children_system)
-            self.own[key] = max(self.own.get(key, 0.0), t.user + t.system)
-            if self.parts.get(key, "ray::IDLE").startswith("ray::IDLE"):  # a pooled Ray worker may become an actor
-                self.parts[key] = part_of(p, self.root)
-        return self.total()
+    def _snapshot(self) -> dict[Key, tuple[str, float, float]]:
+        counted: dict[Key, float] = {}  # per reaper: what its gone children were seen to use
+        for key, parent in self.parent.items():
+            if key not in self.alive:
+                counted[parent] = counted.get(parent, 0.0) + self.own[key] + self.kids[key]
+        return {key: (self.parts.get(key, "?"), own, max(0.0, self.kids[key] - counted.get(key, 0.0)))
+                for key, own in self.own.items()}
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -139,6 +157,20 @@ class CpuSampler:
     def stop(self) -> None:
         self._stop.set()
         self._t.join()
+
+
+def cpu_between(before: dict[Key, tuple[str, float, float]],
+                after: dict[Key, tuple[str, float, float]]) -> tuple[float, dict[str, float]]:
+    """The CPU seconds used between two snapshots, in all and by part: each process's increase, under the part it
+    had at the end (a pooled Ray worker that became an actor meanwhile counts as that actor); reaped children
+    apart, as `<part> (reaped children)`."""
+    parts: dict[str, float] = {}
+    for key, (part, own, kids) in after.items():
+        _, own0, kids0 = before.get(key, (part, 0.0, 0.0))
+        parts[part] = parts.get(part, 0.0) + own - own0
+        reaped = f"{part} (reaped children)"
+        parts[reaped] = parts.get(reaped, 0.0) + kids - kids0
+    return sum(parts.values()), parts
 
 
 def agent_stats(run_dir: Path) -> dict:
@@ -158,10 +190,10 @@ def figures(n: int, features: int | None, depth: int | None, registries: int | N
     """One run's figures from the CPU at the start and end of its schedule (`marks`) and its folder."""
     import json
 
-    (w0, c0, p0), (w1, c1, p1) = marks["start"], marks["end"]
-    wall, cpu = w1 - w0, c1 - c0
-    parts = {k: round(v - p0.get(k, 0.0), 1) for k, v in sorted(p1.items(), key=lambda kv: p0.get(kv[0], 0.0) - kv[1])}
-    parts = {k: v for k, v in parts.items() if v >= 0.05}
+    (w0, s0), (w1, s1) = marks["start"], marks["end"]
+    wall = w1 - w0
+    cpu, by_part = cpu_between(s0, s1)
+    parts = {k: round(v, 1) for k, v in sorted(by_part.items(), key=lambda kv: -kv[1]) if v >= 0.05}
     st = agent_stats(run_dir)
     schedule = wall * time_scale
     per_worker = cpu / (n * schedule)
@@ -211,7 +243,7 @@ def watch_experiment(a: argparse.Namespace, facts: dict, t0: float) -> int:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     sampler = CpuSampler(proc.pid, a.sample).start()
-    marks: dict[str, dict[str, tuple[float, float]]] = {}
+    marks: dict[str, dict[str, tuple[float, dict]]] = {}
     done = threading.Event()
 
     def tail() -> None:
@@ -227,7 +259,7 @@ def watch_experiment(a: argparse.Namespace, facts: dict, t0: float) -> int:
                     continue
                 for key, needle in (("start", "launching workers"), ("end", "stopping workers")):
                     if needle in text and key not in m:
-                        m[key] = (time.time(), sampler.sample(), sampler.by_part())
+                        m[key] = (time.time(), sampler.sample())
 
     watcher = threading.Thread(target=tail, daemon=True)
     watcher.start()
@@ -309,13 +341,13 @@ def main() -> int:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         sampler = CpuSampler(proc.pid, a.sample).start()
-        marks: dict[str, tuple[float, float]] = {}
+        marks: dict[str, tuple[float, dict]] = {}
         try:
             for line in proc.stdout:
                 print(f"  | {line}", end="", flush=True)
                 for key, text in (("start", "launching workers"), ("end", "stopping workers")):
                     if text in line and key not in marks:
-                        marks[key] = (time.time(), sampler.sample(), sampler.by_part())
+                        marks[key] = (time.time(), sampler.sample())
             proc.wait()
         except KeyboardInterrupt:
             os.killpg(proc.pid, 2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -370,11 +371,14 @@ def test_children_of_reads_the_kernels_list_and_matches_a_walk_of_proc():
 
     from agensh_ray.agent.process import children_of
 
-    code = ("import subprocess, sys, threading, time\n"
-            "kids = [subprocess.Popen(['sleep', '60'])]\n"
-            "t = threading.Thread(target=lambda: kids.append(subprocess.Popen(['sleep', '60'])))\n"
-            "t.start(); t.join(); print('ready', flush=True); sys.stdin.read()\n"
-            "[k.kill() for k in kids]")
+    # The second child is started by a thread that stays alive: the kernel lists it under that thread's task only.
+    code = ("import subprocess, sys, threading\n"
+            "kids, up, done = [subprocess.Popen(['sleep', '60'])], threading.Event(), threading.Event()\n"
+            "def spawn():\n"
+            "    kids.append(subprocess.Popen(['sleep', '60'])); up.set(); done.wait()\n"
+            "t = threading.Thread(target=spawn); t.start(); up.wait()\n"
+            "print('ready', flush=True); sys.stdin.read()\n"
+            "[k.kill() for k in kids]; done.set(); t.join()")
     parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout.readline().strip() == "ready"
@@ -426,11 +430,19 @@ async def test_the_agent_below_its_sandbox_is_found_once_and_never_named_once_go
         monkeypatch.setattr(psutil.Process, "children", lambda self, **kw: walks.append(self.pid) or real_children(self, **kw))
         assert [proc.agent_pid() for _ in range(20)] == [first] * 20 and walks == []
         os.kill(first, signal.SIGKILL)
-        for _ in range(100):
-            if not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE:
-                break
+
+        def gone() -> bool:
+            try:
+                return psutil.Process(first).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+
+        deadline = time.monotonic() + 30
+        while not gone() and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        await asyncio.sleep(0.2)
-        assert proc.agent_pid() != first
+        assert gone()
+        # Once dead (a zombie included), it is not named again.
+        named = [proc.agent_pid() for _ in range(5)]
+        assert first not in named, named
     finally:
         await proc.stop()

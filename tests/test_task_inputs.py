@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,9 @@ def test_a_checkpoint_of_a_main_without_compile_sh_is_compile_failed_and_a_faili
     assert empty.final(str(tmp_path / "gone")).error_code == "not_scored_failed"
 
 
-def _run(cfg: RunConfig, task: Task, timeout: float) -> tuple[dict | None, str]:
+def _run(cfg: RunConfig, task: Task, timeout: float, once_launching=None) -> tuple[dict | None, str]:
+    """Run `cfg` in a thread, at most `timeout` s; `once_launching()` is called when the driver says its actors
+    are up and it is launching the workers."""
     out = io.StringIO()
     run = Run(cfg, task, out=out)
     result: dict = {}
@@ -121,9 +124,15 @@ def _run(cfg: RunConfig, task: Task, timeout: float) -> tuple[dict | None, str]:
         except BaseException as exc:  # what the old code did: the run raised
             result["error"] = exc
 
+    deadline = time.monotonic() + timeout
     t = threading.Thread(target=go, daemon=True)
     t.start()
-    t.join(timeout)
+    if once_launching is not None:
+        while t.is_alive() and "launching workers" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if t.is_alive():
+            once_launching()
+    t.join(max(0.0, deadline - time.monotonic()))
     assert not t.is_alive(), "the run did not finish in time:\n" + out.getvalue()
     assert "error" not in result, f"the run raised {result.get('error')!r}:\n{out.getvalue()}"
     return result["summary"], out.getvalue()
@@ -156,18 +165,19 @@ def test_a_run_whose_main_has_no_compile_sh_scores_compile_failed_to_its_deadlin
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_periodic_checkpoints_keep_their_grid_while_a_cpu_hog_saturates_the_machine(ray_session, tmp_path):
-    """Two busy loops take the CPU while a run scores main every 15 schedule minutes (3.75 wall seconds, far less
+    """Two busy loops take the CPU (from the workers' launch on) while a run scores main every 15 schedule minutes (3.75 wall seconds, far less
     than one evaluation on a saturated machine). Every checkpoint of the grid before the run stopped is either
     scored, late if need be, or recorded missed with its reason (a lifecycle row), and the progress line and
     the summary say how many were missed. Before: a checkpoint due while one was scored was dropped silently,
     the next one a whole cadence later, and one that came late was skipped for the final one: one periodic
     row in the issue's runs, nothing saying why."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
+    hogs: list[subprocess.Popen] = []  # started once the actors are up: what starves here is the scoring, not
+    try:                                # the start of actors (which, on a loaded CI machine, took minutes)
         every = 900.0
         cfg = RunConfig(workers=2, time_scale=240, minutes=60, run_dir=tmp_path / "runs", run_id="hog", seed=5,
                         score_every_s=every, stop_when_done=False)
-        summary, out = _run(cfg, Task.load("textkit"), 540)
+        summary, out = _run(cfg, Task.load("textkit"), 540, once_launching=lambda: hogs.extend(
+            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)))
     finally:
         for h in hogs:
             h.kill()

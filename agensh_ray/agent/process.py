@@ -47,10 +47,13 @@ def _read_to_eof(fd: int) -> bytes:
 
 def children_of(pid: int) -> list[int]:
     """The pids of a process's children, from the kernel's list per thread (`/proc/<pid>/task/<tid>/children`),
-    without a walk of all of /proc; psutil's walk where the kernel has no such list."""
+    without a walk of all of /proc; psutil's walk where the kernel has no such list. Raises psutil's errors, as
+    psutil would: AccessDenied, or NoSuchProcess for a process that is gone (or unreadable otherwise)."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
+    except PermissionError:
+        raise psutil.AccessDenied(pid) from None
+    except OSError:
         raise psutil.NoSuchProcess(pid) from None
     out: list[int] = []
     for tid in tids:
@@ -61,6 +64,10 @@ def children_of(pid: int) -> list[int]:
             if not os.path.exists(f"/proc/{pid}/task/{tid}"):
                 continue  # the thread ended meanwhile
             return [c.pid for c in psutil.Process(pid).children()]  # a kernel without CONFIG_PROC_CHILDREN
+        except PermissionError:
+            raise psutil.AccessDenied(pid) from None
+        except (OSError, ValueError):  # ESRCH while it exits, or a line cut short
+            raise psutil.NoSuchProcess(pid) from None
     return out
 
 
@@ -100,8 +107,8 @@ class AgentProcess:
         self.sandbox = sandbox
         self.egress: Egress | None = None
         self.sandbox_pid: int | None = None
-        self._agent: psutil.Process | None = None  # agent_pid()'s find, kept while it lives
         """A process inside the running sandbox (its PID 1, as the host sees it): terminals join it."""
+        self._agent: psutil.Process | None = None  # agent_pid()'s find, kept while it lives
         self.limits = limits if sandbox is not None else None
         """Its cgroup and rlimits (sandboxed agents only: a terminal joins them with the sandbox)."""
 
@@ -176,21 +183,26 @@ class AgentProcess:
         Found once by walking down from the subprocess through its only children (the kernel's list of a
         process's children: a whole-/proc walk, psutil's `children()`, took a fifth of a busy host's CPU with
         every worker's turn asking every 2 s), then kept while that process lives."""
-        if self.proc is None:
+        proc = self.proc
+        if proc is None:
             return None
-        if self._agent is not None:
+        found = self._agent  # read once: turn and host threads both ask
+        if found is not None:
             with contextlib.suppress(psutil.Error):
-                if self._agent.is_running():  # same pid and start time: not a reused pid
-                    return self._agent.pid
+                # same pid and start time (not a reused pid), and not a zombie its relay has yet to reap
+                if found.is_running() and found.status() != psutil.STATUS_ZOMBIE:
+                    return found.pid
             self._agent = None
         try:
-            p = psutil.Process(self.proc.pid)
+            p = psutil.Process(proc.pid)
+            below_sandbox = False
             while True:
                 cmd = p.cmdline()
                 if not (cmd and (os.path.basename(cmd[0]) == "bwrap" or str(RELAY_SCRIPT) in cmd)):
-                    if p.pid != self.proc.pid:
+                    if cmd and below_sandbox:  # an empty cmdline is a process mid-exec: named, not kept
                         self._agent = p  # the chain below the sandbox is made once: the agent found for good
                     return p.pid
+                below_sandbox = True
                 kids = children_of(p.pid)
                 if len(kids) != 1:
                     return p.pid
